@@ -1,0 +1,95 @@
+// deferred_unmap/os.hpp - the OS policy: the three system calls the library makes.
+//
+// Every handle and the queue reach the kernel only through an `Os` policy type, so tests can swap in
+// `testing::scripted_os` and inject costs and errors. A policy is a type with three static noexcept
+// functions that return the error number instead of touching errno:
+//
+//   struct my_os {
+//     static void* map(void* hint, std::size_t len, int prot, int flags, int fd, off_t off, int& error) noexcept;
+//     static int unmap(void* addr, std::size_t len) noexcept;  // 0 or an errno value
+//     static int close(int fd) noexcept;                      // 0 or an errno value; never retried
+//   };
+//
+// `posix_os` is the real one: mmap(2), munmap(2), close(2).
+#pragma once
+
+#include <cerrno>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
+#define DEFERRED_UNMAP_HAS_EXCEPTIONS 1
+#else
+#define DEFERRED_UNMAP_HAS_EXCEPTIONS 0
+#endif
+
+namespace deferred_unmap {
+
+/// The real system calls. Stateless; every function is async-signal-safe and thread-safe.
+struct posix_os {
+    /// mmap(2). Cost: one syscall. Returns MAP_FAILED and sets `error` on failure.
+    static void* map(void* hint, std::size_t length, int prot, int flags, int fd, off_t offset,
+                     int& error) noexcept {
+        void* addr = ::mmap(hint, length, prot, flags, fd, offset);
+        error = addr == MAP_FAILED ? errno : 0;
+        return addr;
+    }
+    /// munmap(2). Cost: one syscall, takes the process's mmap_lock for writing. Returns 0 or errno.
+    static int unmap(void* addr, std::size_t length) noexcept {
+        return ::munmap(addr, length) == 0 ? 0 : errno;
+    }
+    /// close(2), exactly once: on Linux the descriptor is gone even when close reports EINTR or EIO,
+    /// so a retry could close a descriptor another thread has just been given. Returns 0 or errno.
+    static int close(int fd) noexcept { return ::close(fd) == 0 ? 0 : errno; }
+};
+
+/// What a type needs to serve as the `Os` policy of the handles and the queue.
+template <class Os>
+concept os_policy = requires(void* addr, std::size_t length, int fd, off_t offset, int& error) {
+    { Os::map(addr, length, 0, 0, fd, offset, error) } noexcept -> std::same_as<void*>;
+    { Os::unmap(addr, length) } noexcept -> std::same_as<int>;
+    { Os::close(fd) } noexcept -> std::same_as<int>;
+};
+
+static_assert(os_policy<posix_os>, "posix_os must model os_policy");
+
+namespace detail {
+
+/// The page size, read once. munmap needs page-aligned addresses; chunks are page multiples.
+inline std::size_t page_size() noexcept {
+    static const std::size_t size = [] {
+        const long value = ::sysconf(_SC_PAGESIZE);
+        return value > 0 ? static_cast<std::size_t>(value) : std::size_t{4096};
+    }();
+    return size;
+}
+
+inline std::size_t round_up_to_page(std::size_t bytes) noexcept {
+    const std::size_t page = page_size();
+    return (bytes + page - 1) / page * page;
+}
+
+inline bool is_page_aligned(const void* addr) noexcept {
+    return reinterpret_cast<std::uintptr_t>(addr) % page_size() == 0;
+}
+
+/// Keeps errno as it was across a teardown call, so a destructor running during error handling
+/// does not clobber the errno the caller is about to read.
+class errno_saver {
+public:
+    errno_saver() noexcept : saved_(errno) {}
+    ~errno_saver() { errno = saved_; }
+    errno_saver(const errno_saver&) = delete;
+    errno_saver& operator=(const errno_saver&) = delete;
+
+private:
+    int saved_;
+};
+
+}  // namespace detail
+}  // namespace deferred_unmap

@@ -1,0 +1,261 @@
+// deferred_unmap/testing.hpp - a manual clock and a scripted OS, for deterministic tests of budgets.
+//
+// Guarantees: nothing here touches the kernel. scripted_os hands out fake descriptors (lowest free
+// number first, as the kernel does, so reuse is exercised) and fake page-aligned ranges, records every
+// call, advances manual_clock by a scripted cost per call, and fails the calls a test chooses. It also
+// notices misuse: closing a descriptor that is not open, unmapping bytes that are not mapped.
+//
+//   auto& os = deferred_unmap::testing::reset();                 // fresh clock and script
+//   os.close_ns_per_byte = 0.1;                                   // a 20 MiB close costs ~2 ms
+//   using queue = deferred_unmap::basic_reclaim_queue<testing::manual_clock, testing::scripted_os>;
+//   queue q; q.push(testing::make_region(20 << 20)); q.drain(std::chrono::milliseconds{1});
+//   CHECK(os.count(testing::os_call::kind::unmap) == 1);
+//
+// Not part of <deferred_unmap/deferred_unmap.hpp>. The script is process-global: one test at a time.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "mapping.hpp"
+#include "os.hpp"
+#include "shm_region.hpp"
+#include "unique_fd.hpp"
+
+namespace deferred_unmap::testing {
+
+/// A std::chrono clock that moves only when told. Thread-safe; process-global.
+struct manual_clock {
+    using rep = std::int64_t;
+    using period = std::nano;
+    using duration = std::chrono::nanoseconds;
+    using time_point = std::chrono::time_point<manual_clock>;
+    static constexpr bool is_steady = true;
+
+    static time_point now() noexcept { return time_point{duration{ticks().load(std::memory_order_relaxed)}}; }
+    static void advance(duration d) noexcept { ticks().fetch_add(d.count(), std::memory_order_relaxed); }
+    static void set(time_point t) noexcept { ticks().store(t.time_since_epoch().count(), std::memory_order_relaxed); }
+
+private:
+    static std::atomic<rep>& ticks() noexcept {
+        static std::atomic<rep> value{0};
+        return value;
+    }
+};
+
+/// One call scripted_os received.
+struct os_call {
+    enum class kind { map, unmap, close };
+    kind op = kind::close;
+    void* addr = nullptr;
+    std::size_t length = 0;
+    int fd = -1;
+    int result = 0;                 ///< errno returned (0: success)
+    std::thread::id thread{};       ///< who made the call
+};
+
+/// The state behind scripted_os. Costs and failures are plain fields a test sets before running.
+class os_script {
+public:
+    /// Scripted cost per call, applied to manual_clock: overhead + rate * bytes. For close, the bytes
+    /// are those given to open_fd().
+    std::chrono::nanoseconds call_overhead{0};
+    double unmap_ns_per_byte = 0.0;
+    double close_ns_per_byte = 0.0;
+    /// Replaces the linear cost when set.
+    std::function<std::chrono::nanoseconds(const os_call&)> cost;
+    /// Returns an errno to make the call fail, 0 to let it succeed. A failed unmap changes nothing; a
+    /// failed close still releases the descriptor (Linux semantics), except for EBADF on a closed one.
+    std::function<int(const os_call&)> fail;
+
+    /// A fresh descriptor, lowest free number from 100 up, standing for a memfd of `bytes`.
+    int open_fd(std::size_t bytes = 0) {
+        std::lock_guard lock(mutex_);
+        int fd = 100;
+        while (open_.contains(fd)) ++fd;
+        open_[fd] = bytes;
+        return fd;
+    }
+
+    /// A fresh page-aligned fake range of `bytes` (never dereference it).
+    void* map_range(std::size_t bytes) {
+        std::lock_guard lock(mutex_);
+        return map_locked(bytes);
+    }
+
+    [[nodiscard]] std::vector<os_call> calls() const {
+        std::lock_guard lock(mutex_);
+        return calls_;
+    }
+    [[nodiscard]] std::size_t count(os_call::kind op) const {
+        std::lock_guard lock(mutex_);
+        return static_cast<std::size_t>(std::count_if(calls_.begin(), calls_.end(), [op](const os_call& c) { return c.op == op; }));
+    }
+    [[nodiscard]] std::size_t open_fds() const {
+        std::lock_guard lock(mutex_);
+        return open_.size();
+    }
+    [[nodiscard]] bool is_open(int fd) const {
+        std::lock_guard lock(mutex_);
+        return open_.contains(fd);
+    }
+    /// Bytes of fake ranges still mapped.
+    [[nodiscard]] std::size_t mapped_bytes() const {
+        std::lock_guard lock(mutex_);
+        std::size_t total = 0;
+        for (const auto& [start, end] : mapped_) total += end - start;
+        return total;
+    }
+    /// Calls that would be bugs on a real kernel: closing a descriptor not open, unmapping bytes
+    /// not mapped (the kernel would silently succeed at the latter; the script counts it).
+    [[nodiscard]] std::size_t misuse() const {
+        std::lock_guard lock(mutex_);
+        return misuse_;
+    }
+
+    void clear() {
+        std::lock_guard lock(mutex_);
+        call_overhead = std::chrono::nanoseconds{0};
+        unmap_ns_per_byte = close_ns_per_byte = 0.0;
+        cost = nullptr;
+        fail = nullptr;
+        calls_.clear();
+        open_.clear();
+        mapped_.clear();
+        next_addr_ = base_addr;
+        misuse_ = 0;
+    }
+
+    // ---- called by scripted_os ----
+
+    void* do_map(std::size_t length, int fd, int& error) noexcept {
+        std::lock_guard lock(mutex_);
+        os_call call{os_call::kind::map, nullptr, length, fd, 0, std::this_thread::get_id()};
+        call.result = open_.contains(fd) ? 0 : EBADF;
+        if (call.result == 0 && fail) call.result = fail(call);
+        if (call.result == 0) call.addr = map_locked(length);
+        finish(call);
+        error = call.result;
+        return call.result == 0 ? call.addr : MAP_FAILED;
+    }
+
+    int do_unmap(void* addr, std::size_t length) noexcept {
+        std::lock_guard lock(mutex_);
+        os_call call{os_call::kind::unmap, addr, length, -1, 0, std::this_thread::get_id()};
+        if (addr == nullptr || !detail::is_page_aligned(addr) || length == 0) call.result = EINVAL;
+        if (call.result == 0 && fail) call.result = fail(call);
+        if (call.result == 0) unmap_locked(reinterpret_cast<std::uintptr_t>(addr), detail::round_up_to_page(length));
+        finish(call);
+        return call.result;
+    }
+
+    int do_close(int fd) noexcept {
+        std::lock_guard lock(mutex_);
+        os_call call{os_call::kind::close, nullptr, 0, fd, 0, std::this_thread::get_id()};
+        const auto it = open_.find(fd);
+        if (it == open_.end()) {
+            ++misuse_;
+            call.result = EBADF;
+        } else {
+            call.length = it->second;
+            if (fail) call.result = fail(call);
+            open_.erase(it);
+        }
+        finish(call);
+        return call.result;
+    }
+
+private:
+    static constexpr std::uintptr_t base_addr = std::uintptr_t{1} << 40;
+
+    void* map_locked(std::size_t bytes) {
+        const std::uintptr_t start = next_addr_;
+        const std::uintptr_t end = start + detail::round_up_to_page(bytes);
+        next_addr_ = end + detail::page_size();  // a guard gap, so neighbours never merge
+        mapped_[start] = end;
+        return reinterpret_cast<void*>(start);
+    }
+
+    // Removes [start, end) from the mapped set, splitting ranges as munmap splits VMAs.
+    void unmap_locked(std::uintptr_t start, std::size_t length) {
+        const std::uintptr_t end = start + length;
+        std::size_t covered = 0;
+        auto it = mapped_.upper_bound(start);
+        if (it != mapped_.begin()) --it;
+        while (it != mapped_.end() && it->first < end) {
+            const auto [lo, hi] = *it;
+            it = mapped_.erase(it);
+            if (hi <= start) continue;
+            covered += std::min(hi, end) - std::max(lo, start);
+            if (lo < start) mapped_[lo] = start;
+            if (hi > end) mapped_[end] = hi;
+        }
+        if (covered != length) ++misuse_;
+    }
+
+    void finish(const os_call& call) {
+        calls_.push_back(call);
+        manual_clock::advance(cost ? cost(call) : linear_cost(call));
+    }
+
+    [[nodiscard]] std::chrono::nanoseconds linear_cost(const os_call& call) const noexcept {
+        const double rate = call.op == os_call::kind::unmap   ? unmap_ns_per_byte
+                            : call.op == os_call::kind::close ? close_ns_per_byte
+                                                              : 0.0;
+        return call_overhead + std::chrono::nanoseconds{static_cast<std::int64_t>(rate * static_cast<double>(call.length))};
+    }
+
+    mutable std::recursive_mutex mutex_;
+    std::vector<os_call> calls_;
+    std::map<int, std::size_t> open_;
+    std::map<std::uintptr_t, std::uintptr_t> mapped_;  // start -> end
+    std::uintptr_t next_addr_ = base_addr;
+    std::size_t misuse_ = 0;
+};
+
+/// The process-global script behind scripted_os.
+inline os_script& script() noexcept {
+    static os_script instance;
+    return instance;
+}
+
+/// An Os policy that runs on script(). Thread-safe.
+struct scripted_os {
+    static void* map(void*, std::size_t length, int, int, int fd, off_t, int& error) noexcept {
+        return script().do_map(length, fd, error);
+    }
+    static int unmap(void* addr, std::size_t length) noexcept { return script().do_unmap(addr, length); }
+    static int close(int fd) noexcept { return script().do_close(fd); }
+};
+
+static_assert(os_policy<scripted_os>, "scripted_os must model os_policy");
+
+using scripted_fd = basic_unique_fd<scripted_os>;
+using scripted_mapping = basic_mapping<scripted_os>;
+using scripted_region = basic_shm_region<scripted_os>;
+
+/// Clears the script and sets manual_clock to 1 s (so time_point{} is safely in the past).
+inline os_script& reset() {
+    script().clear();
+    manual_clock::set(manual_clock::time_point{std::chrono::seconds{1}});
+    return script();
+}
+
+/// A fake pool of `bytes`: a scripted descriptor and a scripted mapping of it.
+inline scripted_region make_region(std::size_t bytes) {
+    const int fd = script().open_fd(bytes);
+    std::error_code ec;
+    scripted_mapping map = scripted_mapping::map(fd, bytes, PROT_READ, MAP_SHARED, 0, ec);
+    return scripted_region{scripted_fd{fd}, std::move(map)};
+}
+
+}  // namespace deferred_unmap::testing
