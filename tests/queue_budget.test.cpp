@@ -1,0 +1,151 @@
+#include <doctest/doctest.h>
+
+#include "test_support.hpp"
+
+using namespace du_test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Scripted costs: 1 us per call, 50 us per MiB unmapped, 150 us per MiB closed.
+constexpr double unmap_rate = 50'000.0 / static_cast<double>(mib);
+constexpr double close_rate = 150'000.0 / static_cast<double>(mib);
+
+du::cost_model exact_model() {
+    du::cost_model m;
+    m.unmap_ns_per_byte = unmap_rate;
+    m.close_ns_per_byte = close_rate;
+    m.call_overhead = 1us;
+    return m;
+}
+
+dt::os_script& scripted_costs() {
+    auto& os = dt::reset();
+    os.call_overhead = 1us;
+    os.unmap_ns_per_byte = unmap_rate;
+    os.close_ns_per_byte = close_rate;
+    return os;
+}
+
+// What the script charged for `c`.
+std::chrono::nanoseconds cost_of(const dt::os_call& c) {
+    const double rate = c.op == call_kind::unmap ? unmap_rate : close_rate;
+    return 1us + std::chrono::nanoseconds{static_cast<std::int64_t>(rate * static_cast<double>(c.length))};
+}
+
+}  // namespace
+
+TEST_CASE("queue: drain(0) does nothing") {
+    scripted_costs();
+    scripted_queue q;
+    q.push(dt::make_region(8 * mib));
+    const auto report = q.drain(0ns);
+    CHECK(report.steps == 0);
+    CHECK(report.elapsed == 0ns);
+    CHECK(report.pending_items == 1);
+    CHECK(dt::script().count(call_kind::unmap) == 0);
+    CHECK(q.drain(-5ms).steps == 0);
+}
+
+TEST_CASE("queue: drain never starts a step predicted not to fit") {
+    scripted_costs();
+    scripted_queue q{{.prior = exact_model()}};
+    for (int i = 0; i < 6; ++i) q.push(dt::make_region(20 * mib));
+    for (const auto budget : {1000us, 300us, 777us, 2500us}) {
+        const std::size_t seen = dt::script().calls().size();
+        const auto report = q.drain(budget);
+        const auto calls = dt::script().calls();
+        REQUIRE(report.steps == calls.size() - seen);
+        // Predictions are exact here, so every step after the first ends inside the budget...
+        std::chrono::nanoseconds spent{0};
+        for (std::size_t i = seen; i < calls.size(); ++i) {
+            spent += cost_of(calls[i]);
+            if (i > seen) CHECK(spent <= budget);
+        }
+        CHECK(report.elapsed == spent);
+        // ...and the step that did not start would not have fitted: drain(1ns) runs exactly that step.
+        REQUIRE(q.drain(1ns).steps == 1);
+        const auto next = cost_of(dt::script().calls().back());
+        CHECK(spent + next > budget);
+    }
+}
+
+TEST_CASE("queue: overshoot is at most one step when the model underestimates") {
+    auto& os = scripted_costs();
+    os.unmap_ns_per_byte = unmap_rate * 4;  // the machine is four times slower than the prior says
+    scripted_queue q{{.prior = exact_model()}};
+    for (int i = 0; i < 4; ++i) q.push(dt::make_region(20 * mib));
+    const std::size_t seen = dt::script().calls().size();
+    const auto report = q.drain(500us);
+    std::chrono::nanoseconds largest{0};
+    const auto calls = dt::script().calls();
+    for (std::size_t i = seen; i < calls.size(); ++i)
+        largest = std::max(largest, 1us + std::chrono::nanoseconds{static_cast<std::int64_t>(os.unmap_ns_per_byte * static_cast<double>(calls[i].length))});
+    CHECK(report.steps >= 1);
+    CHECK(report.elapsed <= 500us + largest);
+}
+
+TEST_CASE("queue: the first step always runs, however small the budget") {
+    scripted_costs();
+    scripted_queue q{{.prior = exact_model()}};
+    q.push(du::basic_unique_fd<dt::scripted_os>{dt::script().open_fd(20 * mib)}, 20 * mib);  // a 3 ms close
+    const auto report = q.drain(1ns);
+    CHECK(report.steps == 1);
+    CHECK(report.fds_closed == 1);
+    CHECK(report.elapsed > 1ms);
+    CHECK(q.empty());
+}
+
+TEST_CASE("queue: the cost model converges to what the steps cost") {
+    auto& os = scripted_costs();
+    os.unmap_ns_per_byte = unmap_rate * 3;
+    os.close_ns_per_byte = close_rate / 2;
+    scripted_queue q;  // default priors, far from these costs
+    for (int i = 0; i < 40; ++i) q.push(dt::make_region(20 * mib));
+    while (!q.empty()) q.drain(1ms);
+    const auto model = q.model();
+    CHECK(model.unmap_ns_per_byte == doctest::Approx(os.unmap_ns_per_byte).epsilon(0.01));
+    CHECK(model.close_ns_per_byte == doctest::Approx(os.close_ns_per_byte).epsilon(0.01));
+}
+
+TEST_CASE("queue: work is cut into page-aligned chunks of at most unmap_chunk_bytes") {
+    scripted_costs();
+    scripted_queue q{{.unmap_chunk_bytes = 2 * mib}};
+    auto region = dt::make_region(5 * mib + 100);
+    auto* base = static_cast<std::byte*>(region.data());
+    q.push(std::move(region));
+    q.flush();
+    const auto calls = dt::script().calls();
+    REQUIRE(calls.size() == 5);  // map, 3 unmaps, close
+    CHECK(calls[1].addr == base);
+    CHECK(calls[1].length == 2 * mib);
+    CHECK(calls[2].addr == base + 2 * mib);
+    CHECK(calls[3].addr == base + 4 * mib);
+    CHECK(calls[3].length == mib + du::detail::page_size());
+    CHECK(calls[4].op == call_kind::close);
+    CHECK(q.stats().bytes_unmapped == 5 * mib + du::detail::page_size());
+}
+
+TEST_CASE("queue: an odd chunk size is rounded up to whole pages") {
+    scripted_costs();
+    scripted_queue q{{.unmap_chunk_bytes = 5000}};
+    q.push(dt::make_region(4 * du::detail::page_size()));
+    q.flush();
+    CHECK(dt::script().count(call_kind::unmap) == 2);
+    CHECK(dt::script().misuse() == 0);
+}
+
+TEST_CASE("queue: the report says what one drain did and what is left") {
+    scripted_costs();
+    scripted_queue q{{.prior = exact_model()}};
+    q.push(dt::make_region(4 * mib));
+    q.push(dt::make_region(4 * mib));
+    const auto report = q.drain(10ms);
+    CHECK(report.steps == 6);
+    CHECK(report.bytes_unmapped == 8 * mib);
+    CHECK(report.fds_closed == 2);
+    CHECK(report.errors == 0);
+    CHECK(report.pending_bytes == 0);
+    CHECK(report.pending_items == 0);
+    CHECK(report.elapsed == 6us + 8 * 50us + 8 * 150us);
+}

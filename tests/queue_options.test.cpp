@@ -1,0 +1,67 @@
+#include <doctest/doctest.h>
+
+#include "test_support.hpp"
+
+using namespace du_test;
+using namespace std::chrono_literals;
+
+TEST_CASE("queue: a push beyond max_pending_bytes reclaims the oldest until it fits") {
+    dt::reset();
+    scripted_queue q{{.max_pending_bytes = 9 * mib}};
+    auto a = dt::make_region(4 * mib);
+    const void* oldest = a.data();
+    q.push(std::move(a));
+    q.push(dt::make_region(4 * mib));
+    CHECK(dt::script().count(call_kind::unmap) == 0);
+    q.push(dt::make_region(4 * mib));  // 12 MiB > 9 MiB: the oldest goes, now
+    CHECK(q.pending_bytes() == 8 * mib);
+    const auto calls = dt::script().calls();
+    CHECK(dt::script().count(call_kind::unmap) == 2);
+    for (const auto& c : calls)
+        if (c.op == call_kind::unmap) CHECK(static_cast<const std::byte*>(c.addr) < static_cast<const std::byte*>(oldest) + 4 * mib);
+    CHECK(q.stats().cap_steps == 2);
+    CHECK(q.pending_items() == 3);  // the oldest still waits for its close, which frees no address space
+}
+
+TEST_CASE("queue: an item larger than max_pending_bytes is reclaimed at once") {
+    dt::reset();
+    scripted_queue q{{.max_pending_bytes = mib}};
+    q.push(dt::make_region(6 * mib));
+    CHECK(q.pending_bytes() == 0);
+    CHECK(dt::script().mapped_bytes() == 0);
+    q.drain(1ms);
+    CHECK(q.empty());
+}
+
+TEST_CASE("queue: next_deadline is max when empty, then max_delay after the oldest push") {
+    dt::reset();
+    scripted_queue q{{.max_delay = 50ms}};
+    CHECK(q.next_deadline() == dt::manual_clock::time_point::max());
+    const auto pushed_at = dt::manual_clock::now();
+    q.push(dt::make_region(8 * mib));
+    dt::manual_clock::advance(10ms);
+    q.push(dt::make_region(8 * mib));
+    CHECK(q.next_deadline() == pushed_at + 50ms);
+}
+
+TEST_CASE("queue: a drain moves next_deadline to max_delay after it") {
+    dt::reset().unmap_ns_per_byte = 0.05;
+    scripted_queue q{{.max_delay = 50ms}};
+    q.push(dt::make_region(20 * mib));
+    dt::manual_clock::advance(80ms);  // overdue: no frame came
+    const auto drained_at = dt::manual_clock::now();
+    CHECK(q.next_deadline() < drained_at);
+    q.drain(1ms);
+    REQUIRE_FALSE(q.empty());
+    CHECK(q.next_deadline() == drained_at + 50ms);
+    q.flush();
+    CHECK(q.next_deadline() == dt::manual_clock::time_point::max());
+}
+
+TEST_CASE("queue: options are kept as given") {
+    scripted_queue q{{.unmap_chunk_bytes = 512 * 1024, .max_pending_bytes = 64 * mib, .max_delay = 20ms}};
+    CHECK(q.options().unmap_chunk_bytes == 512 * 1024);
+    CHECK(q.options().max_pending_bytes == 64 * mib);
+    CHECK(q.options().max_delay == 20ms);
+    CHECK_FALSE(q.options().close_on_worker);
+}

@@ -1,0 +1,117 @@
+#include <doctest/doctest.h>
+
+#include "test_support.hpp"
+
+#include <thread>
+
+using namespace du_test;
+using namespace std::chrono_literals;
+
+TEST_CASE("queue: with close_on_worker, drain unmaps and the worker closes") {
+    dt::reset();
+    std::vector<int> fds;
+    {
+        scripted_queue q{{.close_on_worker = true}};
+        for (int i = 0; i < 8; ++i) {
+            auto region = dt::make_region(3 * mib);
+            fds.push_back(region.fd());
+            q.push(std::move(region));
+        }
+        std::size_t handed_off = 0;
+        while (q.pending_bytes() > 0) {
+            const auto report = q.drain(1ms);
+            CHECK(report.fds_closed == 0);
+            handed_off += report.fds_handed_off;
+        }
+        handed_off += q.drain(1ms).fds_handed_off;  // the last item's close
+        CHECK(handed_off == 8);
+        q.flush();
+        CHECK(q.empty());
+        CHECK(q.stats().fds_closed == 8);
+        CHECK(q.stats().worker_steps == 8);
+    }
+    const auto me = std::this_thread::get_id();
+    for (const auto& c : dt::script().calls()) {
+        if (c.op == call_kind::unmap) CHECK(c.thread == me);
+        if (c.op == call_kind::close) CHECK(c.thread != me);
+    }
+    CHECK(dt::script().open_fds() == 0);
+    CHECK(dt::script().misuse() == 0);
+}
+
+TEST_CASE("queue: with close_on_worker, a close is handed off only after its pool is unmapped") {
+    dt::reset();
+    scripted_queue q{{.close_on_worker = true}};
+    auto region = dt::make_region(6 * mib);
+    const int fd = region.fd();
+    q.push(std::move(region));
+    q.flush();
+    const auto calls = dt::script().calls();
+    std::size_t unmaps_before_close = 0;
+    for (const auto& c : calls) {
+        if (c.op == call_kind::close) {
+            CHECK(c.fd == fd);
+            break;
+        }
+        if (c.op == call_kind::unmap) ++unmaps_before_close;
+    }
+    CHECK(unmaps_before_close == 3);
+}
+
+TEST_CASE("queue: with unmap_on_worker, the draining thread makes no teardown call") {
+    dt::reset();
+    {
+        scripted_queue q{{.unmap_on_worker = true, .worker_pause = 0ns}};
+        for (int i = 0; i < 6; ++i) q.push(dt::make_region(5 * mib));
+        const auto report = q.drain(1ms);
+        CHECK(report.steps == 0);
+        q.flush();  // waits for the worker, or finishes what it has not reached
+        CHECK(q.empty());
+        CHECK(q.pending_bytes() == 0);
+    }
+    CHECK(dt::script().open_fds() == 0);
+    CHECK(dt::script().mapped_bytes() == 0);
+    CHECK(dt::script().misuse() == 0);
+}
+
+TEST_CASE("queue: with unmap_on_worker, the worker reclaims everything once drain releases it") {
+    dt::reset();
+    scripted_queue q{{.unmap_on_worker = true, .worker_pause = 0ns}};
+    for (int i = 0; i < 6; ++i) q.push(dt::make_region(5 * mib));
+    CHECK(q.drain(0ns).steps == 0);
+    std::this_thread::sleep_for(5ms);
+    CHECK(dt::script().count(call_kind::unmap) == 0);  // nothing happens before drain releases the work
+    q.drain(1ms);
+    for (int spins = 0; spins < 10000 && !q.empty(); ++spins) std::this_thread::sleep_for(1ms);
+    CHECK(q.empty());
+    const auto me = std::this_thread::get_id();
+    for (const auto& c : dt::script().calls())
+        if (c.op != call_kind::map) CHECK(c.thread != me);
+    CHECK(q.stats().worker_steps == 6 * 4);
+}
+
+TEST_CASE("queue: pushes from many threads while one thread drains lose nothing") {
+    dt::reset();
+    scripted_queue q{{.close_on_worker = true}};
+    constexpr int threads = 4;
+    constexpr int per_thread = 200;
+    std::atomic<bool> done{false};
+    std::vector<std::jthread> pushers;
+    for (int t = 0; t < threads; ++t)
+        pushers.emplace_back([&q] {
+            for (int i = 0; i < per_thread; ++i) q.push(dt::make_region(64 * 1024));
+        });
+    std::jthread drainer([&q, &done] {
+        while (!done.load()) q.drain(100us);
+    });
+    pushers.clear();
+    done = true;
+    drainer.join();
+    q.flush();
+    const auto s = q.stats();
+    CHECK(s.items_pushed == threads * per_thread);
+    CHECK(s.items_reclaimed == threads * per_thread);
+    CHECK(dt::script().open_fds() == 0);
+    CHECK(dt::script().mapped_bytes() == 0);
+    CHECK(dt::script().misuse() == 0);
+}

@@ -1,0 +1,58 @@
+// Shared by the tests: the scripted queue type and /proc snapshots for the real-syscall tests.
+#pragma once
+
+#include <deferred_unmap/deferred_unmap.hpp>
+#include <deferred_unmap/testing.hpp>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <system_error>
+
+namespace du_test {
+
+namespace du = deferred_unmap;
+namespace dt = deferred_unmap::testing;
+using scripted_queue = du::basic_reclaim_queue<dt::manual_clock, dt::scripted_os>;
+using call_kind = dt::os_call::kind;
+
+constexpr std::size_t mib = std::size_t{1} << 20;
+
+/// The descriptors open in this process right now.
+inline std::set<int> open_fds() {
+    std::set<int> fds;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd"))
+        fds.insert(std::stoi(entry.path().filename().string()));
+    return fds;
+}
+
+/// /proc/self/maps, every line but the brk heap's, whose end moves with ordinary allocations.
+inline std::string maps() {
+    std::ifstream in("/proc/self/maps");
+    std::string all;
+    for (std::string line; std::getline(in, line);)
+        if (line.find("[heap]") == std::string::npos) all += line + '\n';
+    return all;
+}
+
+/// A real memfd pool of `bytes`, written through a client mapping and mapped read-only as a compositor does.
+inline du::shm_region real_pool(std::size_t bytes) {
+    du::unique_fd fd{::memfd_create("du-test", MFD_CLOEXEC)};
+    if (!fd) throw std::system_error(errno, std::system_category(), "memfd_create");
+    if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
+        throw std::system_error(errno, std::system_category(), "ftruncate");
+    {
+        auto client = du::mapping::map(fd.get(), bytes, PROT_READ | PROT_WRITE, MAP_SHARED);
+        std::memset(client.data(), 0x42, bytes);
+    }
+    auto view = du::mapping::map(fd.get(), bytes, PROT_READ, MAP_SHARED);
+    return du::shm_region{std::move(fd), std::move(view)};
+}
+
+}  // namespace du_test
