@@ -188,7 +188,11 @@ public:
         std::lock_guard lock(mutex_);
         if (!in_flight_ && pending_.empty()) return time_point::max();
         const time_point oldest = in_flight_ ? current_.enqueued : pending_.front().enqueued;
-        return std::max(oldest, last_drain_) + std::chrono::duration_cast<typename Clock::duration>(options_.max_delay);
+        const time_point from = std::max(oldest, last_drain_);
+        const auto delay = std::chrono::duration_cast<typename Clock::duration>(options_.max_delay);
+        // Saturates: a max_delay too long to add means no deadline, not one in the distant past.
+        if (from.time_since_epoch().count() > 0 && delay > time_point::max() - from) return time_point::max();
+        return from + delay;
     }
 
     /// Totals and histograms so far. Any thread; waits for a running step. Copies ~3 KiB.
@@ -224,7 +228,11 @@ private:
     enum class step_site { drain, flush, cap, worker };
 
     static std::size_t chunk_size(std::size_t requested) noexcept {
-        return std::max(detail::round_up_to_page(requested), detail::page_size());
+        const std::size_t page = detail::page_size();
+        // Rounding up a request past the last page multiple would wrap to zero: cap it instead.
+        constexpr std::size_t largest = std::numeric_limits<std::size_t>::max();
+        if (requested > largest - page) return largest / page * page;
+        return std::max(detail::round_up_to_page(requested), page);
     }
 
     static void throw_bad_alloc() {
