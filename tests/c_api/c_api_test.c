@@ -1,0 +1,334 @@
+/* The C API from C11, against real memfds: what it takes, in what order it gives it back, and what it
+ * refuses. The kernel is the witness: /proc/self/maps says which bytes of each pool are still mapped,
+ * fcntl(F_GETFD) whether its descriptor is still open. A drain with a 1 ns budget runs exactly one step
+ * (the first step always runs, no second one fits), so the order can be read between drains. */
+#define _GNU_SOURCE
+#include <deferred_unmap/c_api.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures;
+
+#define CHECK(cond)                                                             \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+            ++failures;                                                         \
+        }                                                                       \
+    } while (0)
+
+static size_t page;
+
+typedef struct pool {
+    char name[32];
+    int fd;
+    unsigned char *addr;
+    size_t length;
+} pool;
+
+/* A client pool as a compositor holds it: a memfd of `pages` pages, mapped, every page written. */
+static pool make_pool(const char *name, size_t pages) {
+    pool p;
+    snprintf(p.name, sizeof p.name, "%s", name);
+    p.length = pages * page;
+    p.fd = memfd_create(name, MFD_CLOEXEC);
+    CHECK(p.fd >= 0);
+    CHECK(ftruncate(p.fd, (off_t)p.length) == 0);
+    void *addr = mmap(NULL, p.length, PROT_READ | PROT_WRITE, MAP_SHARED, p.fd, 0);
+    CHECK(addr != MAP_FAILED);
+    p.addr = addr;
+    for (size_t at = 0; at < p.length; at += page) p.addr[at] = 0x5a;
+    return p;
+}
+
+/* Bytes mapped in this process from files whose /proc/self/maps path contains `needle`. */
+static size_t mapped_matching(const char *needle) {
+    FILE *maps = fopen("/proc/self/maps", "re");
+    if (maps == NULL) return SIZE_MAX;
+    size_t total = 0;
+    char line[512];
+    while (fgets(line, sizeof line, maps) != NULL) {
+        unsigned long long start = 0, end = 0;
+        if (strstr(line, needle) != NULL && sscanf(line, "%llx-%llx", &start, &end) == 2) total += (size_t)(end - start);
+    }
+    fclose(maps);
+    return total;
+}
+
+/* Bytes of memfd `name` mapped in this process. */
+static size_t mapped_bytes(const char *name) {
+    char needle[64];
+    snprintf(needle, sizeof needle, "/memfd:%s ", name);
+    return mapped_matching(needle);
+}
+
+static int is_open(int fd) { return fcntl(fd, F_GETFD) != -1; }
+
+static int open_fds(void) {
+    DIR *dir = opendir("/proc/self/fd");
+    if (dir == NULL) return -1;
+    int count = 0;
+    while (readdir(dir) != NULL) ++count;
+    closedir(dir);
+    return count;
+}
+
+static int64_t monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static du_queue *queue_with_chunk(size_t chunk) {
+    du_options opts;
+    du_options_init(&opts);
+    opts.unmap_chunk_bytes = chunk;
+    du_queue *q = du_queue_create(&opts);
+    CHECK(q != NULL);
+    return q;
+}
+
+static void test_defaults_are_the_librarys(void) {
+    du_options opts;
+    memset(&opts, 0xff, sizeof opts);
+    du_options_init(&opts);
+    CHECK(opts.unmap_chunk_bytes == (size_t)2 << 20);
+    CHECK(opts.max_pending_bytes == SIZE_MAX);
+    CHECK(opts.max_delay_ns == 100000000);
+    CHECK(opts.close_on_worker == 0);
+    CHECK(opts.unmap_on_worker == 0);
+    du_options_init(NULL);
+    du_queue *q = du_queue_create(NULL);
+    CHECK(q != NULL);
+    CHECK(du_queue_pending_bytes(q) == 0);
+    CHECK(du_queue_next_deadline_ns(q) == -1);
+    du_queue_destroy(q);
+}
+
+static void test_a_pool_is_unmapped_chunk_by_chunk_and_closed_last(void) {
+    du_queue *q = queue_with_chunk(page);
+    pool p = make_pool("du-order", 3);
+    CHECK(du_queue_push_region(q, p.fd, p.addr, p.length) == 0);
+    CHECK(du_queue_pending_bytes(q) == 3 * page);
+    CHECK(mapped_bytes(p.name) == 3 * page); /* a push makes no syscall */
+
+    for (size_t left = 2; left != (size_t)-1; --left) {
+        du_drain_report r = du_queue_drain(q, 1);
+        CHECK(r.steps == 1);
+        CHECK(r.bytes_unmapped == page);
+        CHECK(r.fds_closed == 0);
+        CHECK(r.pending_bytes == left * page);
+        CHECK(r.pending_items == 1);
+        CHECK(r.elapsed_ns >= 0);
+        CHECK(mapped_bytes(p.name) == left * page);
+        CHECK(is_open(p.fd)); /* every byte unmapped before the close: close() frees the pages */
+    }
+    du_drain_report r = du_queue_drain(q, 1);
+    CHECK(r.steps == 1 && r.fds_closed == 1 && r.bytes_unmapped == 0 && r.pending_items == 0);
+    CHECK(!is_open(p.fd));
+    CHECK(du_queue_drain(q, 1000000).steps == 0);
+    du_queue_destroy(q);
+}
+
+static void test_pools_go_oldest_first(void) {
+    du_queue *q = queue_with_chunk((size_t)1 << 20);
+    pool a = make_pool("du-first", 2);
+    pool b = make_pool("du-second", 2);
+    CHECK(du_queue_push_region(q, a.fd, a.addr, a.length) == 0);
+    CHECK(du_queue_push_region(q, b.fd, b.addr, b.length) == 0);
+    du_queue_drain(q, 1); /* unmaps a */
+    CHECK(mapped_bytes(a.name) == 0 && is_open(a.fd) && mapped_bytes(b.name) == b.length);
+    du_queue_drain(q, 1); /* closes a */
+    CHECK(!is_open(a.fd) && mapped_bytes(b.name) == b.length && is_open(b.fd));
+    du_queue_drain(q, 1); /* unmaps b */
+    CHECK(mapped_bytes(b.name) == 0 && is_open(b.fd));
+    du_queue_destroy(q); /* closes b */
+    CHECK(!is_open(b.fd));
+}
+
+static void test_a_drain_with_no_budget_does_nothing(void) {
+    du_queue *q = queue_with_chunk(page);
+    pool p = make_pool("du-nobudget", 2);
+    CHECK(du_queue_push_region(q, p.fd, p.addr, p.length) == 0);
+    du_drain_report r = du_queue_drain(q, 0);
+    CHECK(r.steps == 0 && r.pending_bytes == 2 * page && r.pending_items == 1);
+    r = du_queue_drain(q, -5);
+    CHECK(r.steps == 0 && mapped_bytes(p.name) == 2 * page);
+    du_queue_flush(q);
+    CHECK(mapped_bytes(p.name) == 0 && !is_open(p.fd) && du_queue_pending_bytes(q) == 0);
+    du_queue_destroy(q);
+}
+
+static void test_bare_mappings_and_descriptors_are_taken_too(void) {
+    du_queue *q = queue_with_chunk(page);
+    pool p = make_pool("du-parts", 2);
+    CHECK(du_queue_push_mapping(q, p.addr, p.length) == 0);
+    CHECK(du_queue_push_fd(q, p.fd) == 0);
+    CHECK(du_queue_pending_bytes(q) == 2 * page); /* the descriptor maps nothing */
+    du_queue_drain(q, 1);
+    du_queue_drain(q, 1);
+    CHECK(mapped_bytes(p.name) == 0 && is_open(p.fd));
+    du_drain_report r = du_queue_drain(q, 1);
+    CHECK(r.fds_closed == 1 && !is_open(p.fd) && r.pending_items == 0);
+    du_queue_destroy(q);
+}
+
+static void test_the_worker_modes_reclaim_everything(void) {
+    for (int mode = 0; mode < 2; ++mode) {
+        du_options opts;
+        du_options_init(&opts);
+        opts.close_on_worker = mode == 0;
+        opts.unmap_on_worker = mode == 1;
+        du_queue *q = du_queue_create(&opts);
+        CHECK(q != NULL);
+        pool a = make_pool("du-worker-a", 16);
+        pool b = make_pool("du-worker-b", 16);
+        CHECK(du_queue_push_region(q, a.fd, a.addr, a.length) == 0);
+        CHECK(du_queue_push_region(q, b.fd, b.addr, b.length) == 0);
+        du_drain_report r = du_queue_drain(q, 1000000);
+        CHECK(r.fds_closed == 0); /* closes belong to the worker */
+        du_queue_flush(q);
+        CHECK(du_queue_pending_bytes(q) == 0);
+        CHECK(mapped_bytes(a.name) == 0 && mapped_bytes(b.name) == 0);
+        CHECK(!is_open(a.fd) && !is_open(b.fd));
+        du_queue_destroy(q);
+    }
+}
+
+static void test_destroy_flushes_what_is_left(void) {
+    du_queue *q = queue_with_chunk(page);
+    pool a = make_pool("du-destroy-a", 4);
+    pool b = make_pool("du-destroy-b", 4);
+    CHECK(du_queue_push_region(q, a.fd, a.addr, a.length) == 0);
+    CHECK(du_queue_push_region(q, b.fd, b.addr, b.length) == 0);
+    du_queue_destroy(q);
+    CHECK(mapped_bytes(a.name) == 0 && mapped_bytes(b.name) == 0);
+    CHECK(!is_open(a.fd) && !is_open(b.fd));
+}
+
+static void test_the_pending_cap_reclaims_on_the_pushing_thread(void) {
+    du_options opts;
+    du_options_init(&opts);
+    opts.unmap_chunk_bytes = page;
+    opts.max_pending_bytes = page;
+    du_queue *q = du_queue_create(&opts);
+    CHECK(q != NULL);
+    pool p = make_pool("du-cap", 4);
+    CHECK(du_queue_push_region(q, p.fd, p.addr, p.length) == 0);
+    CHECK(du_queue_pending_bytes(q) <= page);
+    CHECK(mapped_bytes(p.name) <= page);
+    du_queue_destroy(q);
+    CHECK(!is_open(p.fd));
+}
+
+static void test_the_deadline_is_max_delay_after_the_push_in_monotonic_ns(void) {
+    du_options opts;
+    du_options_init(&opts);
+    opts.max_delay_ns = 50000000;
+    du_queue *q = du_queue_create(&opts);
+    CHECK(q != NULL);
+    CHECK(du_queue_next_deadline_ns(q) == -1);
+    pool p = make_pool("du-deadline", 1);
+    const int64_t before = monotonic_ns();
+    CHECK(du_queue_push_region(q, p.fd, p.addr, p.length) == 0);
+    const int64_t after = monotonic_ns();
+    const int64_t deadline = du_queue_next_deadline_ns(q);
+    CHECK(deadline >= before + opts.max_delay_ns);
+    CHECK(deadline <= after + opts.max_delay_ns);
+    du_queue_flush(q);
+    CHECK(du_queue_next_deadline_ns(q) == -1);
+    du_queue_destroy(q);
+}
+
+/* A refused push must leave the pool exactly as it was: mapped, open, and the caller's to release. */
+static void expect_still_owned(const pool *p, du_queue *q) {
+    CHECK(mapped_bytes(p->name) == p->length);
+    CHECK(is_open(p->fd));
+    CHECK(du_queue_pending_bytes(q) == 0);
+}
+
+static void test_bad_arguments_get_einval_and_the_caller_keeps_everything(void) {
+    du_queue *q = queue_with_chunk(page);
+    pool p = make_pool("du-refused", 2);
+    void *unaligned = p.addr + 1;
+
+    CHECK(du_queue_push_region(NULL, p.fd, p.addr, p.length) == -EINVAL);
+    CHECK(du_queue_push_region(q, -1, p.addr, p.length) == -EINVAL);
+    CHECK(du_queue_push_region(q, p.fd, NULL, p.length) == -EINVAL);
+    CHECK(du_queue_push_region(q, p.fd, MAP_FAILED, p.length) == -EINVAL);
+    CHECK(du_queue_push_region(q, p.fd, unaligned, p.length) == -EINVAL);
+    CHECK(du_queue_push_region(q, p.fd, p.addr, 0) == -EINVAL);
+    expect_still_owned(&p, q);
+
+    CHECK(du_queue_push_mapping(NULL, p.addr, p.length) == -EINVAL);
+    CHECK(du_queue_push_mapping(q, NULL, p.length) == -EINVAL);
+    CHECK(du_queue_push_mapping(q, MAP_FAILED, p.length) == -EINVAL);
+    CHECK(du_queue_push_mapping(q, unaligned, p.length) == -EINVAL);
+    CHECK(du_queue_push_mapping(q, p.addr, 0) == -EINVAL);
+    expect_still_owned(&p, q);
+
+    CHECK(du_queue_push_fd(NULL, p.fd) == -EINVAL);
+    CHECK(du_queue_push_fd(q, -1) == -EINVAL);
+    expect_still_owned(&p, q);
+
+    /* Nothing was queued: draining and destroying touch none of it. */
+    CHECK(du_queue_drain(q, 1000000).steps == 0);
+    du_queue_destroy(q);
+    expect_still_owned(&p, NULL);
+    CHECK(p.addr[0] == 0x5a); /* still readable */
+    CHECK(munmap(p.addr, p.length) == 0);
+    CHECK(close(p.fd) == 0); /* the caller's close is the only one */
+}
+
+static void test_bad_options_and_null_queues_are_refused_quietly(void) {
+    du_options opts;
+    du_options_init(&opts);
+    opts.unmap_chunk_bytes = 0;
+    errno = 0;
+    CHECK(du_queue_create(&opts) == NULL && errno == EINVAL);
+    du_options_init(&opts);
+    opts.max_delay_ns = -1;
+    errno = 0;
+    CHECK(du_queue_create(&opts) == NULL && errno == EINVAL);
+
+    du_queue_destroy(NULL);
+    du_queue_flush(NULL);
+    du_drain_report r = du_queue_drain(NULL, 1000000);
+    CHECK(r.steps == 0 && r.bytes_unmapped == 0 && r.fds_closed == 0 && r.pending_items == 0);
+    CHECK(du_queue_next_deadline_ns(NULL) == -1);
+    CHECK(du_queue_pending_bytes(NULL) == 0);
+}
+
+int main(void) {
+    page = (size_t)sysconf(_SC_PAGESIZE);
+    const int fds_at_start = open_fds();
+
+    test_defaults_are_the_librarys();
+    test_a_pool_is_unmapped_chunk_by_chunk_and_closed_last();
+    test_pools_go_oldest_first();
+    test_a_drain_with_no_budget_does_nothing();
+    test_bare_mappings_and_descriptors_are_taken_too();
+    test_the_worker_modes_reclaim_everything();
+    test_destroy_flushes_what_is_left();
+    test_the_pending_cap_reclaims_on_the_pushing_thread();
+    test_the_deadline_is_max_delay_after_the_push_in_monotonic_ns();
+    test_bad_arguments_get_einval_and_the_caller_keeps_everything();
+    test_bad_options_and_null_queues_are_refused_quietly();
+
+    CHECK(open_fds() == fds_at_start);
+    CHECK(mapped_matching("/memfd:du-") == 0);
+    if (failures != 0) {
+        fprintf(stderr, "c_api_test: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("c_api_test: all checks passed\n");
+    return 0;
+}
