@@ -32,12 +32,29 @@ inline std::set<int> open_fds() {
     return fds;
 }
 
-/// /proc/self/maps, every line but the brk heap's, whose end moves with ordinary allocations.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool sanitizer_allocator = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool sanitizer_allocator = true;
+#else
+inline constexpr bool sanitizer_allocator = false;
+#endif
+#else
+inline constexpr bool sanitizer_allocator = false;
+#endif
+
+/// /proc/self/maps, every line but the brk heap's, whose end moves with ordinary allocations. Under a
+/// sanitizer, whose allocator maps and unmaps anonymous memory at will, only the named mappings
+/// (files and memfds: everything a pool can leave behind) are kept.
 inline std::string maps() {
     std::ifstream in("/proc/self/maps");
     std::string all;
-    for (std::string line; std::getline(in, line);)
-        if (line.find("[heap]") == std::string::npos) all += line + '\n';
+    for (std::string line; std::getline(in, line);) {
+        if (line.find("[heap]") != std::string::npos) continue;
+        if (sanitizer_allocator && line.find('/') == std::string::npos) continue;
+        all += line + '\n';
+    }
     return all;
 }
 
