@@ -1,0 +1,26 @@
+# Benchmarks: teardown_bench (syscall cost, CPU, contention per strategy) and stutter_demo (a frame
+# loop hit by a 1 GB burst of dead pools). Both share bench_common.hpp.
+du_add_example(teardown_bench teardown_bench.cpp)
+du_add_example(stutter_demo stutter_demo.cpp)
+
+if(DEFERRED_UNMAP_BUILD_TESTS)
+    find_package(Python3 COMPONENTS Interpreter)
+    if(Python3_Interpreter_FOUND)
+        set(du_bench_check ${CMAKE_CURRENT_SOURCE_DIR}/check_bench_output.py)
+        set(du_bench_out ${CMAKE_CURRENT_BINARY_DIR}/bench-smoke)
+        file(MAKE_DIRECTORY ${du_bench_out})
+        # Tiny sizes: proves the tools run every strategy and write parseable, complete output.
+        add_test(NAME bench.teardown_bench_smoke
+            COMMAND ${Python3_EXECUTABLE} ${du_bench_check} teardown
+                $<TARGET_FILE:teardown_bench> ${du_bench_out}/teardown
+                --quick --sizes 1M,2M --burst-bytes 4M --rounds 1 --baseline-ms 20
+                --firefox-focus --firefox-bytes 1M --firefox-seconds 0.1)
+        add_test(NAME bench.stutter_demo_smoke
+            COMMAND ${Python3_EXECUTABLE} ${du_bench_check} stutter
+                $<TARGET_FILE:stutter_demo> ${du_bench_out}/stutter
+                --pools 4 --pool-bytes 1M --hz 240 --tail-frames 2)
+        set_tests_properties(bench.teardown_bench_smoke bench.stutter_demo_smoke PROPERTIES TIMEOUT 300)
+    else()
+        message(STATUS "deferred_unmap: python3 not found, benchmark smoke tests skipped")
+    endif()
+endif()

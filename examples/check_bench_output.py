@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Smoke test for teardown_bench and stutter_demo: runs a tool with tiny sizes and checks that its
+CSV, JSON (and SVG) parse and that every strategy reported every field. Asserts no timing.
+
+usage: check_bench_output.py {teardown|stutter} TOOL OUT_PREFIX [tool arguments...]
+"""
+import csv
+import json
+import math
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+STRATEGIES = ["close-first", "unmap-first", "thread-drop", "queue", "queue+worker", "queue+worker-unmap"]
+
+TEARDOWN_FIELDS = [
+    "pool_bytes", "pools", "runs",
+    "munmap_p50_us", "munmap_p99_us", "munmap_max_us", "close_p50_us", "close_p99_us", "close_max_us",
+    "step_p50_us", "step_p99_us", "step_max_us", "steps_per_pool", "cpu_per_pool_us",
+    "frame_ms_per_run", "frame_p99_ms", "frame_max_ms", "max_frame_close_us", "work_ms_per_run",
+    "frames_to_return", "frames_bound", "hit_frame_limit",
+    "probe_p50_us", "probe_p99_us", "probe_p999_us", "probe_max_us", "probe_mmap_max_us", "probe_samples",
+]
+PROBE_FIELDS = ["probe_p50_us", "probe_p99_us", "probe_p999_us", "probe_max_us", "probe_mmap_max_us", "probe_samples"]
+STUTTER_FIELDS = [
+    "pools", "pool_bytes", "worst_stall_ms", "p99_stall_ms", "p99_frame_ms", "frames_over_interval",
+    "vblanks_missed", "frames_to_return", "frames_bound", "work_ms", "max_frame_close_ms",
+]
+OVERHEAD_FIELDS = ["push_ns", "step_ns", "steps_per_item", "allocations_per_push_and_drain"]
+
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+
+
+def check_numbers(where, row, fields):
+    for name in fields:
+        value = row.get(name)
+        check(isinstance(value, (int, float)) and math.isfinite(value) and value >= 0,
+              f"{where}: field {name} missing or not a finite non-negative number: {value!r}")
+
+
+def check_strategies(where, rows, fields):
+    by_strategy = {r.get("strategy"): r for r in rows}
+    for s in STRATEGIES:
+        check(s in by_strategy, f"{where}: strategy {s} missing")
+        if s in by_strategy:
+            check_numbers(f"{where} {s}", by_strategy[s], fields)
+            check(by_strategy[s]["frames_to_return"] >= 1, f"{where} {s}: memory never reported returned")
+
+
+def check_csv(path, json_rows):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    check(len(rows) == len(json_rows), f"CSV has {len(rows)} rows, JSON {len(json_rows)}")
+    for c, j in zip(rows, json_rows):
+        for name, value in j.items():
+            if isinstance(value, str):
+                check(c.get(name) == value, f"CSV {name}: {c.get(name)!r} != {value!r}")
+            else:
+                check(c.get(name) not in (None, ""), f"CSV row {j.get('strategy')}: {name} empty")
+                if c.get(name):
+                    float(c[name])  # must parse
+
+
+def check_teardown(data, tool_args):
+    rows = data["rows"]
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["scenario"], r["pool_bytes"]), []).append(r)
+    scenarios = {scenario for scenario, _ in groups}
+    check("burst" in scenarios, "no burst scenario")
+    if "--firefox-focus" in tool_args:
+        check("firefox-focus" in scenarios, "--firefox-focus given but no firefox-focus rows")
+    for (scenario, size), group in groups.items():
+        where = f"{scenario} {size:.0f} B"
+        check_strategies(where, group, TEARDOWN_FIELDS)
+        baseline = [r for r in group if r["strategy"] == "baseline"]
+        check(len(baseline) == 1, f"{where}: no probe baseline row")
+        for b in baseline:
+            check_numbers(f"{where} baseline", b, PROBE_FIELDS)
+            check(b["probe_samples"] > 0, f"{where}: baseline probe took no samples")
+    check(len(data.get("overhead", [])) == 1, "no overhead section")
+    for o in data.get("overhead", []):
+        check_numbers("overhead", o, OVERHEAD_FIELDS)
+        # Deterministic, so asserted: the queue allocates nothing per push/drain in steady state.
+        check(o.get("allocations_per_push_and_drain") == 0, f"queue allocated in steady state: {o}")
+    check(len(data.get("targets", [])) > 0, "no targets section")
+    for t in data.get("targets", []):
+        check(isinstance(t.get("target"), str) and t.get("met") in (0, 1), f"bad target row {t}")
+
+
+def check_stutter(data, svg_path):
+    check_strategies("stutter", data["rows"], STUTTER_FIELDS)
+    root = ET.parse(svg_path).getroot()
+    titles = [t for t in root.iter("{http://www.w3.org/2000/svg}text") if t.get("font-weight") == "bold"]
+    check(len(titles) == len(STRATEGIES), f"SVG has {len(titles)} panels, expected {len(STRATEGIES)}")
+    bars = list(root.iter("{http://www.w3.org/2000/svg}rect"))
+    check(len(bars) > 2 * len(STRATEGIES), f"SVG has only {len(bars)} rects")
+
+
+def main():
+    kind, tool, prefix, tool_args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    outputs = ["--csv", prefix + ".csv", "--json", prefix + ".json"]
+    if kind == "stutter":
+        outputs += ["--svg", prefix + ".svg"]
+    run = subprocess.run([tool, *tool_args, *outputs], capture_output=True, text=True, timeout=280)
+    sys.stdout.write(run.stdout)
+    check(run.returncode == 0, f"{tool} exited with {run.returncode}: {run.stderr[-2000:]}")
+    if run.returncode == 0:
+        check("close-first" in run.stdout and "queue+worker-unmap" in run.stdout, "stdout table lacks strategies")
+        with open(prefix + ".json") as f:
+            data = json.load(f)
+        check_numbers("machine", data["machine"], ["cpus"])
+        check_csv(prefix + ".csv", data["rows"])
+        if kind == "teardown":
+            check_teardown(data, tool_args)
+        else:
+            check_stutter(data, prefix + ".svg")
+    for message in failures:
+        print("FAIL:", message)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,496 @@
+// teardown_bench: what each way of tearing down wl_shm pools costs, measured side by side.
+//
+// For each pool size, rounds of bursts: a batch of real memfd pools (client-written, compositor-read,
+// 4 KiB pages) dies at once and each strategy tears it down in turn, the order rotating every round so
+// drift hits all alike. Each strategy runs twice per round: once alone (syscall times, CPU, frame
+// thread time) and once beside a contention probe, a thread doing mmap+touch+munmap in a tight loop
+// (its latency with no teardown is the baseline). --firefox-focus adds a client that drops a ~30 MiB
+// buffer every frame for a second. A microbenchmark measures the queue's own overhead (no syscalls).
+//
+// Strategies: close-first (close, then munmap: today's KWin), unmap-first, thread-drop (each pool
+// handed whole to one dropping thread: Smithay), queue (drain a budget per frame), queue+worker
+// (close_on_worker), queue+worker-unmap (unmap_on_worker).
+//
+// Usage: teardown_bench [--quick] [--sizes 1M,20736000,...] [--burst-bytes B] [--rounds N] [--hz N]
+//                       [--budget-us N] [--firefox-focus] [--no-probe] [--csv FILE] [--json FILE]
+#include "bench_common.hpp"
+
+#include <cstdlib>
+#include <map>
+#include <new>
+
+// ---- every heap allocation in the process is counted (the overhead bench asserts none) -------------
+
+namespace {
+std::atomic<std::uint64_t> g_allocations{0};
+
+void* counted_alloc(std::size_t size) noexcept {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    return std::malloc(size == 0 ? 1 : size);
+}
+}  // namespace
+
+void* operator new(std::size_t size) {
+    if (void* p = counted_alloc(size)) return p;
+    throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return ::operator new(size); }
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return counted_alloc(size); }
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return counted_alloc(size); }
+// Out of line: once inlined next to a `new`, g++ would see malloc'd memory reach free() via delete and
+// warn (-Wmismatched-new-delete), though replacing both is exactly what the standard allows.
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+
+namespace {
+
+using namespace bench;
+using std::chrono::microseconds;
+
+struct settings {
+    std::vector<std::size_t> sizes{std::size_t{1} << 20, std::size_t{4} << 20, default_pool_bytes,
+                                   std::size_t{64} << 20, std::size_t{256} << 20};
+    std::size_t burst_bytes = std::size_t{256} << 20;
+    std::size_t rounds = 5;
+    unsigned hz = 60;
+    unsigned budget_us = 1000;
+    bool quick = false;
+    bool firefox = false;
+    std::size_t firefox_bytes = std::size_t{30} << 20;
+    double firefox_seconds = 1.0;
+    bool no_probe = false;
+    unsigned baseline_ms = 200;
+    std::string csv, json;
+
+    [[nodiscard]] nanoseconds interval() const { return nanoseconds{1'000'000'000 / hz}; }
+    [[nodiscard]] nanoseconds budget() const { return microseconds{budget_us}; }
+};
+
+settings parse(int argc, char** argv) {
+    settings s;
+    std::vector<std::size_t> sizes;
+    std::size_t burst = 0, rounds = 0;
+    arg_parser args{"teardown_bench", "Measures munmap/close cost, CPU, frame-thread time and mmap contention "
+                                      "of six ways to tear down wl_shm pools."};
+    args.flag("--quick", s.quick, "small run: 1 MiB and 2880x1800x4 pools, 64 MiB bursts, 2 rounds (< 20 s)");
+    args.sizes("--sizes", sizes, "pool sizes in bytes (suffix K/M/G allowed)");
+    args.bytes("--burst-bytes", burst, "bytes of pools dying at once per run (default 256 MiB)");
+    args.number("--rounds", rounds, "interleaved rounds per size (default 5)");
+    args.number("--hz", s.hz, "frame rate of the drain loop (default 60)");
+    args.number("--budget-us", s.budget_us, "drain budget per frame (default 1000)");
+    args.flag("--firefox-focus", s.firefox, "add the scenario of a client dropping a buffer every frame");
+    args.bytes("--firefox-bytes", s.firefox_bytes, "its buffer size (default 30 MiB)");
+    args.number("--firefox-seconds", s.firefox_seconds, "how long it drops buffers (default 1)");
+    args.flag("--no-probe", s.no_probe, "skip the contention probe runs");
+    args.number("--baseline-ms", s.baseline_ms, "probe window with no teardown, per round (default 200)");
+    args.text("--csv", s.csv, "write the strategy rows as CSV");
+    args.text("--json", s.json, "write everything as JSON");
+    args.parse(argc, argv);
+    if (s.quick) {
+        s.sizes = {std::size_t{1} << 20, default_pool_bytes};
+        s.burst_bytes = std::size_t{64} << 20;
+        s.rounds = 2;
+        s.firefox_seconds = 0.25;
+        s.baseline_ms = 100;
+    }
+    if (!sizes.empty()) s.sizes = sizes;
+    if (burst > 0) s.burst_bytes = burst;
+    if (rounds > 0) s.rounds = rounds;
+    if (s.hz == 0 || s.budget_us == 0) {
+        std::fprintf(stderr, "teardown_bench: --hz and --budget-us must be positive\n");
+        std::exit(2);
+    }
+    return s;
+}
+
+// ---- the contention probe ------------------------------------------------------------------------
+
+/// A thread doing mmap + touch + munmap of one anonymous page in a tight loop while a window is open,
+/// recording each iteration's latency and the mmap call's alone. Parked (no CPU) between windows.
+class contention_probe {
+public:
+    static constexpr std::size_t capacity = std::size_t{4} << 20;  // samples per window
+
+    contention_probe() {
+        total_ns_.reserve(capacity);
+        mmap_ns_.reserve(capacity);
+        thread_ = std::jthread([this](std::stop_token stop) { run(stop); });
+    }
+
+    /// Clears the samples and starts recording. Frame thread; allocates nothing.
+    void begin() {
+        std::lock_guard lock(mutex_);
+        total_ns_.clear();
+        mmap_ns_.clear();
+        recording_.store(true, std::memory_order_release);
+        active_ = true;
+        cv_.notify_all();
+    }
+    /// Stops recording and waits until the probe is parked, so the samples can be read.
+    void end() {
+        recording_.store(false, std::memory_order_release);
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [this] { return !active_; });
+    }
+    [[nodiscard]] const std::vector<std::uint32_t>& total_ns() const { return total_ns_; }
+    [[nodiscard]] const std::vector<std::uint32_t>& mmap_ns() const { return mmap_ns_; }
+
+private:
+    void run(std::stop_token stop) {
+        std::unique_lock lock(mutex_);
+        while (cv_.wait(lock, stop, [this] { return active_; })) {
+            lock.unlock();
+            while (recording_.load(std::memory_order_acquire) && total_ns_.size() < capacity) sample();
+            lock.lock();
+            active_ = false;
+            cv_.notify_all();
+        }
+    }
+
+    void sample() {
+        const auto start = steady::now();
+        void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        const auto mapped = steady::now();
+        if (page == MAP_FAILED) die("probe mmap");
+        *static_cast<volatile char*>(page) = 1;
+        ::munmap(page, 4096);
+        const auto end = steady::now();
+        total_ns_.push_back(saturate(end - start));
+        mmap_ns_.push_back(saturate(mapped - start));
+    }
+
+    static std::uint32_t saturate(nanoseconds d) {
+        return static_cast<std::uint32_t>(std::min<std::int64_t>(d.count(), UINT32_MAX));
+    }
+
+    std::mutex mutex_;
+    std::condition_variable_any cv_;
+    bool active_ = false;
+    std::atomic<bool> recording_{false};
+    std::vector<std::uint32_t> total_ns_, mmap_ns_;
+    std::jthread thread_;
+};
+
+// ---- one run: one strategy tearing down one batch --------------------------------------------------
+
+struct scenario {
+    std::string name;                  ///< "burst" or "firefox-focus"
+    std::size_t pool_bytes = 0;
+    std::size_t pools = 0;             ///< pools per run
+    std::size_t pools_per_frame = 0;   ///< 0: all at frame 0
+};
+
+struct run_result {
+    call_times calls;
+    frame_run frames;
+    double cpu_ms = 0;
+};
+
+std::vector<std::vector<pool>> make_batches(const scenario& sc) {
+    std::vector<std::vector<pool>> batches;
+    if (sc.pools_per_frame == 0) {
+        batches.push_back(make_pools(sc.pools, sc.pool_bytes));
+        return batches;
+    }
+    for (std::size_t made = 0; made < sc.pools; made += sc.pools_per_frame)
+        batches.push_back(make_pools(std::min(sc.pools_per_frame, sc.pools - made), sc.pool_bytes));
+    return batches;
+}
+
+run_result run_once(strategy s, const scenario& sc, const settings& cfg, contention_probe* probe) {
+    auto batches = make_batches(sc);
+    const auto ranges = ranges_of(batches);
+    auto engine = make_engine(s, cfg.budget());
+    const std::size_t chunks = sc.pool_bytes / (std::size_t{2} << 20) + 2;
+    call_log::reset(sc.pools * (chunks + 1) + 64);
+    if (probe) probe->begin();
+    const auto cpu_before = process_cpu();
+    run_result r;
+    r.frames = run_frames(*engine, batches, {.interval = cfg.interval()});
+    r.cpu_ms = to_ms(process_cpu() - cpu_before);
+    if (probe) probe->end();
+    r.calls = collect_calls(ranges);
+    return r;
+}
+
+// ---- what a strategy accumulates over the rounds ---------------------------------------------------
+
+struct totals {
+    std::vector<double> munmap_us, step_us, close_us;        // per pool / per call, all runs
+    std::vector<double> cpu_per_pool_us, frame_ms, returned, bound, work_ms;  // per run
+    std::vector<double> slices_ms;                           // frame-thread teardown per frame
+    std::vector<double> probe_us, probe_mmap_us;             // probe runs
+    double max_frame_close_us = 0;
+    bool hit_limit = false;
+
+    void add(const run_result& r, std::size_t pools, double budget_ms) {
+        auto& c = r.calls;
+        munmap_us.insert(munmap_us.end(), c.unmap_per_pool_us.begin(), c.unmap_per_pool_us.end());
+        step_us.insert(step_us.end(), c.unmap_steps_us.begin(), c.unmap_steps_us.end());
+        close_us.insert(close_us.end(), c.close_us.begin(), c.close_us.end());
+        max_frame_close_us = std::max(max_frame_close_us, c.max_frame_close_us);
+        cpu_per_pool_us.push_back(r.cpu_ms * 1e3 / static_cast<double>(pools));
+        double frame_total = 0;
+        for (const auto& f : r.frames.frames) {
+            frame_total += to_ms(f.teardown);
+            slices_ms.push_back(to_ms(f.teardown));
+        }
+        frame_ms.push_back(frame_total);
+        returned.push_back(static_cast<double>(r.frames.frames_to_return));
+        bound.push_back(1.2 * c.work_ms / budget_ms + 2);
+        work_ms.push_back(c.work_ms);
+        hit_limit = hit_limit || r.frames.hit_limit;
+    }
+
+    void add_probe(const contention_probe& probe) {
+        for (auto ns : probe.total_ns()) probe_us.push_back(ns / 1e3);
+        for (auto ns : probe.mmap_ns()) probe_mmap_us.push_back(ns / 1e3);
+    }
+};
+
+void add_summary(row& r, const std::string& prefix, std::vector<double> values, bool p999 = false) {
+    const summary s = summarize(values);
+    r.push_back({prefix + "_p50_us", s.p50, 1});
+    r.push_back({prefix + "_p99_us", s.p99, 1});
+    if (p999) r.push_back({prefix + "_p999_us", s.p999, 1});
+    r.push_back({prefix + "_max_us", s.max, 1});
+}
+
+row key_fields(const scenario& sc, const std::string& strategy_name, std::size_t runs) {
+    return {{"scenario", sc.name},
+            {"pool_bytes", static_cast<double>(sc.pool_bytes), 0},
+            {"pools", static_cast<double>(sc.pools), 0},
+            {"runs", static_cast<double>(runs), 0},
+            {"strategy", strategy_name}};
+}
+
+row strategy_row(const scenario& sc, strategy s, totals& t, bool with_probe) {
+    row r = key_fields(sc, name(s), t.frame_ms.size());
+    add_summary(r, "munmap", t.munmap_us);
+    add_summary(r, "close", t.close_us);
+    add_summary(r, "step", t.step_us);
+    const double runs = static_cast<double>(t.frame_ms.size());
+    r.push_back({"steps_per_pool", static_cast<double>(t.step_us.size()) / (runs * static_cast<double>(sc.pools)), 1});
+    r.push_back({"cpu_per_pool_us", median_of(t.cpu_per_pool_us), 0});
+    r.push_back({"frame_ms_per_run", median_of(t.frame_ms), 2});
+    const summary slices = summarize(t.slices_ms);
+    r.push_back({"frame_p99_ms", slices.p99, 2});
+    r.push_back({"frame_max_ms", slices.max, 2});
+    r.push_back({"max_frame_close_us", t.max_frame_close_us, 0});
+    r.push_back({"work_ms_per_run", median_of(t.work_ms), 1});
+    r.push_back({"frames_to_return", median_of(t.returned), 0});
+    r.push_back({"frames_bound", median_of(t.bound), 0});
+    r.push_back({"hit_frame_limit", t.hit_limit ? 1.0 : 0.0, 0});
+    if (with_probe) {
+        add_summary(r, "probe", t.probe_us, true);
+        r.push_back({"probe_mmap_max_us", summarize(t.probe_mmap_us).max, 1});
+        r.push_back({"probe_samples", static_cast<double>(t.probe_us.size()), 0});
+    }
+    return r;
+}
+
+row baseline_row(const scenario& sc, totals& t) {
+    row r = key_fields(sc, "baseline", t.frame_ms.size());
+    add_summary(r, "probe", t.probe_us, true);
+    r.push_back({"probe_mmap_max_us", summarize(t.probe_mmap_us).max, 1});
+    r.push_back({"probe_samples", static_cast<double>(t.probe_us.size()), 0});
+    return r;
+}
+
+// ---- a scenario: all strategies, interleaved over the rounds --------------------------------------
+
+void probe_baseline(contention_probe& probe, totals& t, unsigned ms) {
+    probe.begin();
+    std::this_thread::sleep_for(std::chrono::milliseconds{ms});
+    probe.end();
+    t.add_probe(probe);
+    t.frame_ms.push_back(0);
+}
+
+std::vector<row> run_scenario(const scenario& sc, const settings& cfg, contention_probe* probe) {
+    constexpr std::size_t n = std::size(all_strategies);
+    std::vector<totals> clean(n), probed(n);
+    totals baseline;
+    const double budget_ms = to_ms(cfg.budget());
+    for (std::size_t round = 0; round < cfg.rounds; ++round) {
+        for (std::size_t k = 0; k < n; ++k) {
+            const std::size_t i = (k + round) % n;  // rotate who goes first
+            progress("%s %.1f MiB: round %zu/%zu, %s", sc.name.c_str(), static_cast<double>(sc.pool_bytes) / (1 << 20),
+                     round + 1, cfg.rounds, name(all_strategies[i]));
+            clean[i].add(run_once(all_strategies[i], sc, cfg, nullptr), sc.pools, budget_ms);
+            if (!probe) continue;
+            probed[i].add(run_once(all_strategies[i], sc, cfg, probe), sc.pools, budget_ms);
+            probed[i].add_probe(*probe);
+        }
+        if (probe) probe_baseline(*probe, baseline, cfg.baseline_ms);
+    }
+    progress_done();
+    std::vector<row> rows;
+    if (probe) rows.push_back(baseline_row(sc, baseline));
+    for (std::size_t i = 0; i < n; ++i) {
+        clean[i].probe_us = std::move(probed[i].probe_us);
+        clean[i].probe_mmap_us = std::move(probed[i].probe_mmap_us);
+        rows.push_back(strategy_row(sc, all_strategies[i], clean[i], probe != nullptr));
+    }
+    return rows;
+}
+
+std::vector<scenario> scenarios(const settings& cfg) {
+    std::vector<scenario> out;
+    for (std::size_t bytes : cfg.sizes)
+        out.push_back({"burst", bytes, std::clamp<std::size_t>(cfg.burst_bytes / bytes, 1, 256), 0});
+    if (cfg.firefox) {
+        const auto frames = static_cast<std::size_t>(std::max(1.0, cfg.firefox_seconds * cfg.hz));
+        out.push_back({"firefox-focus", cfg.firefox_bytes, frames, 1});
+    }
+    return out;
+}
+
+// ---- library overhead: the queue with system calls that cost nothing -------------------------------
+
+/// An Os whose calls do nothing, so what drain costs is the library's own bookkeeping.
+struct null_os {
+    static void* map(void*, std::size_t, int, int, int, off_t, int& error) noexcept {
+        error = ENOSYS;
+        return MAP_FAILED;
+    }
+    static int unmap(void*, std::size_t) noexcept { return 0; }
+    static int close(int) noexcept { return 0; }
+};
+
+row measure_overhead() {
+    using region = du::basic_shm_region<null_os>;
+    constexpr std::size_t items = 256, rounds = 400, item_bytes = std::size_t{4} << 20;
+    du::basic_reclaim_queue<steady, null_os> queue{{.initial_capacity = items}};
+    std::vector<region> regions;
+    regions.reserve(items);
+    auto* const base = reinterpret_cast<std::byte*>(std::uintptr_t{1} << 44);
+    nanoseconds push_time{0}, drain_time{0};
+    std::uint64_t steps = 0, allocations = 0;
+    for (std::size_t round = 0; round <= rounds; ++round) {  // round 0 warms up
+        regions.clear();
+        for (std::size_t i = 0; i < items; ++i) {
+            std::error_code ec;
+            auto view = du::basic_mapping<null_os>::adopt(base + i * 2 * item_bytes, item_bytes, ec);
+            regions.emplace_back(du::basic_unique_fd<null_os>{static_cast<int>(1000 + i)}, std::move(view));
+        }
+        const auto allocs_before = g_allocations.load(std::memory_order_relaxed);
+        const auto t0 = steady::now();
+        for (auto& r : regions) queue.push(std::move(r));
+        const auto t1 = steady::now();
+        const auto report = queue.drain(std::chrono::seconds{10});
+        const auto t2 = steady::now();
+        if (round == 0) continue;
+        allocations += g_allocations.load(std::memory_order_relaxed) - allocs_before;
+        push_time += t1 - t0;
+        drain_time += t2 - t1;
+        steps += report.steps;
+    }
+    const double pushes = static_cast<double>(items * rounds);
+    return {{"push_ns", static_cast<double>(push_time.count()) / pushes, 1},
+            {"step_ns", static_cast<double>(drain_time.count()) / static_cast<double>(steps), 1},
+            {"steps_per_item", static_cast<double>(steps) / pushes, 1},
+            {"allocations_per_push_and_drain", static_cast<double>(allocations) / pushes, 3}};
+}
+
+// ---- targets --------------------------------------------------------------------------------------
+
+const row* find_row(const std::vector<row>& rows, std::size_t bytes, std::string_view strategy_name) {
+    for (const auto& r : rows) {
+        bool size_ok = false, name_ok = false, burst = false;
+        for (const auto& f : r) {
+            if (f.name == "pool_bytes") size_ok = std::get<double>(f.value) == static_cast<double>(bytes);
+            if (f.name == "strategy") name_ok = std::get<std::string>(f.value) == strategy_name;
+            if (f.name == "scenario") burst = std::get<std::string>(f.value) == "burst";
+        }
+        if (size_ok && name_ok && burst) return &r;
+    }
+    return nullptr;
+}
+
+row target(std::string what, double value, double limit) {
+    return {{"target", std::move(what)}, {"value", value, 3}, {"limit", limit, 3}, {"met", value <= limit ? 1.0 : 0.0, 0}};
+}
+
+/// The targets that this tool measures, for the default pool size (or the first size run).
+std::vector<row> targets(const std::vector<row>& rows, const row& overhead, const settings& cfg) {
+    const std::size_t bytes = std::find(cfg.sizes.begin(), cfg.sizes.end(), default_pool_bytes) != cfg.sizes.end()
+                                  ? default_pool_bytes
+                                  : cfg.sizes.front();
+    const auto at = [&](std::string_view s) { return find_row(rows, bytes, s); };
+    const double budget_ms = to_ms(cfg.budget());
+    std::vector<row> out;
+    out.push_back(target("munmap p50 unmap-first / close-first", number(at("unmap-first"), "munmap_p50_us") / number(at("close-first"), "munmap_p50_us"), 0.4));
+    out.push_back(target("cpu queue / unmap-first", number(at("queue"), "cpu_per_pool_us") / number(at("unmap-first"), "cpu_per_pool_us"), 1.10));
+    out.push_back(target("queue+worker frame p99 ms", number(at("queue+worker"), "frame_p99_ms"), 1.25 * budget_ms));
+    out.push_back(target("queue+worker frame max ms", number(at("queue+worker"), "frame_max_ms"), 2 * budget_ms));
+    out.push_back(target("queue frame max ms", number(at("queue"), "frame_max_ms"),
+                         1.25 * std::max(budget_ms, number(at("queue"), "max_frame_close_us") / 1e3)));
+    for (const char* q : {"queue", "queue+worker", "queue+worker-unmap"})
+        out.push_back(target(std::string(q) + " frames to return", number(at(q), "frames_to_return"), number(at(q), "frames_bound")));
+    out.push_back(target("push ns", number(&overhead, "push_ns"), 50));
+    out.push_back(target("bookkeeping per step ns", number(&overhead, "step_ns"), 200));
+    out.push_back(target("allocations per push+drain", number(&overhead, "allocations_per_push_and_drain"), 0));
+    if (!cfg.no_probe) {
+        out.push_back(target("probe p99.9 queue / unmap-first", number(at("queue"), "probe_p999_us") / number(at("unmap-first"), "probe_p999_us"), 1.0));
+        out.push_back(target("probe mmap max queue+worker-unmap / thread-drop",
+                             number(at("queue+worker-unmap"), "probe_mmap_max_us") / number(at("thread-drop"), "probe_mmap_max_us"), 1.0 / 3));
+    }
+    return out;
+}
+
+// ---- output ---------------------------------------------------------------------------------------
+
+void print_results(const std::vector<row>& rows, const row& overhead, const std::vector<row>& goals, bool probe) {
+    std::printf("\nteardown (us per pool; munmap summed over a pool's chunks; step = one munmap call):\n");
+    print_table(stdout, rows, {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"pools", "pools"}, {"strategy", "strategy"},
+                               {"munmap_p50_us", "munmap p50"}, {"munmap_p99_us", "p99"}, {"munmap_max_us", "max"},
+                               {"close_p50_us", "close p50"}, {"close_p99_us", "p99"}, {"close_max_us", "max"},
+                               {"step_p50_us", "step p50"}, {"step_max_us", "max"}, {"steps_per_pool", "steps"},
+                               {"cpu_per_pool_us", "cpu/pool"}});
+    std::printf("\nframe thread (ms) and memory back (frames):\n");
+    print_table(stdout, rows, {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"strategy", "strategy"},
+                               {"frame_ms_per_run", "total/run"}, {"frame_p99_ms", "p99/frame"}, {"frame_max_ms", "worst"},
+                               {"work_ms_per_run", "work/run"}, {"frames_to_return", "frames back"}, {"frames_bound", "bound"}});
+    if (probe) {
+        std::printf("\ncontention probe: mmap+touch+munmap latency (us) during each strategy:\n");
+        print_table(stdout, rows, {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"strategy", "strategy"},
+                                   {"probe_p50_us", "p50"}, {"probe_p99_us", "p99"}, {"probe_p999_us", "p99.9"},
+                                   {"probe_max_us", "max"}, {"probe_mmap_max_us", "mmap max"}, {"probe_samples", "samples"}});
+    }
+    std::printf("\nlibrary overhead (Os calls cost nothing): push %.1f ns, bookkeeping %.1f ns per drain step, "
+                "%.3f allocations per push+drain\n",
+                number(&overhead, "push_ns"), number(&overhead, "step_ns"), number(&overhead, "allocations_per_push_and_drain"));
+    std::printf("\ntargets:\n");
+    for (const auto& g : goals)
+        std::printf("  %-50s %10.3f  <= %8.3f  %s\n", format(g[0]).c_str(), number(&g, "value"), number(&g, "limit"),
+                    number(&g, "met") > 0 ? "met" : "MISSED");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const settings cfg = parse(argc, argv);
+    const row machine = machine_info();
+    print_machine(machine);
+    std::printf("budget %u us per frame at %u Hz; %zu rounds; bursts of %.0f MiB\n", cfg.budget_us, cfg.hz, cfg.rounds,
+                static_cast<double>(cfg.burst_bytes) / (1 << 20));
+    const row overhead = measure_overhead();
+    std::unique_ptr<contention_probe> probe;
+    if (!cfg.no_probe) probe = std::make_unique<contention_probe>();
+    std::vector<row> rows;
+    for (const auto& sc : scenarios(cfg)) {
+        auto part = run_scenario(sc, cfg, probe.get());
+        rows.insert(rows.end(), part.begin(), part.end());
+    }
+    probe.reset();
+    const auto goals = targets(rows, overhead, cfg);
+    print_results(rows, overhead, goals, !cfg.no_probe);
+    if (!cfg.csv.empty()) write_csv(cfg.csv, rows);
+    if (!cfg.json.empty()) write_json(cfg.json, machine, {{"rows", rows}, {"overhead", {overhead}}, {"targets", goals}});
+    if (call_log::overflowed()) std::fprintf(stderr, "teardown_bench: call log overflowed; figures incomplete\n");
+}
