@@ -22,13 +22,6 @@ function(du_pc_prefix out pcdir)
     endif()
 endfunction()
 
-# A static C++ library needs the C++ runtime on a C link line; name the one this compiler uses.
-if("c++" IN_LIST CMAKE_CXX_IMPLICIT_LINK_LIBRARIES)
-    set(du_pc_cxx_runtime "-lc++")
-else()
-    set(du_pc_cxx_runtime "-lstdc++")
-endif()
-
 du_pc_path(du_pc_includedir "${CMAKE_INSTALL_INCLUDEDIR}")
 du_pc_path(du_pc_libdir "${CMAKE_INSTALL_LIBDIR}")
 
@@ -54,7 +47,7 @@ Description: The deferred_unmap reclaim queue for C (deferred_unmap/c_api.h), as
 URL: ${PROJECT_HOMEPAGE_URL}
 Version: ${PROJECT_VERSION}
 Cflags: -I\${includedir} -pthread
-Libs: -L\${libdir} -ldeferred_unmap_c ${du_pc_cxx_runtime} -pthread
+Libs: -L\${libdir} -ldeferred_unmap_c -l${deferred_unmap_cxx_runtime} -pthread
 ")
 
 install(FILES ${PROJECT_BINARY_DIR}/pkgconfig/deferred_unmap.pc DESTINATION ${CMAKE_INSTALL_DATADIR}/pkgconfig)

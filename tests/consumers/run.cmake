@@ -45,7 +45,10 @@ function(cmake_consumer how)
         "-DCMAKE_CXX_FLAGS=${DU_CXX_FLAGS}" "-DCMAKE_C_FLAGS=${DU_C_FLAGS}"
         "-DCMAKE_EXE_LINKER_FLAGS=${DU_LINKER_FLAGS}" -DDU_CONSUME=${how} ${ARGN})
     run(COMMAND ${CMAKE_COMMAND} --build ${work}/build --config ${DU_CONFIG} -j 2)
-    run_consumers(${work}/build/consumer_cpp ${work}/build/consumer_c)
+    run_consumers(${work}/build/consumer_c)
+    if(NOT "-DDU_LANGUAGES=C" IN_LIST ARGN)
+        run_consumers(${work}/build/consumer_cpp)
+    endif()
 endfunction()
 
 # The pkg-config search path for the .pc files installed under `root`, wherever libdir put them.
@@ -125,6 +128,8 @@ elseif(DU_MODE STREQUAL "install")
 
 elseif(DU_MODE STREQUAL "find_package")
     cmake_consumer(find_package -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+    file(REMOVE_RECURSE ${work}/build)
+    cmake_consumer(find_package -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DDU_LANGUAGES=C)
 
 elseif(DU_MODE STREQUAL "pkg_config")
     pkg_config_path_under(${prefix} pc_path)
