@@ -1,0 +1,705 @@
+// Drives a scripted reclaim queue with a stream of operations and checks it after every operation
+// against a reference model. Shared by the randomized model test (choices from a seeded generator),
+// the libFuzzer target and its corpus replay driver (choices from fuzzer bytes).
+//
+// The reference does not trust the queue's log: it knows the items pushed, oldest first, and for each
+// call scripted_os records it asks "is this the one call the queue may make now?" (the next chunk of
+// the oldest unfinished item at the right address and length, or the fallback munmap of the whole rest
+// after a failed chunk, or the oldest item's close once its mapping is gone). It replays drain's budget
+// decisions with its own copy of the cost model, so a step started that was predicted not to fit, or a
+// step skipped that would have fit, is a divergence. After each operation it compares pending bytes and
+// items, the model, stats() and next_deadline(), and the script's open descriptors, mapped bytes and
+// misuse counter (a double close or double unmap).
+//
+// Worker modes: calls made off the main thread cost nothing on the manual clock, so drain's timing
+// stays exact; what the worker does concurrently is checked for order and counted, and compared
+// exactly once the queue is flushed or destroyed.
+#pragma once
+
+#include <deferred_unmap/deferred_unmap.hpp>
+#include <deferred_unmap/testing.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace du_reliability {
+
+namespace du = deferred_unmap;
+namespace dt = deferred_unmap::testing;
+using scripted_queue = du::basic_reclaim_queue<dt::manual_clock, dt::scripted_os>;
+using call_kind = dt::os_call::kind;
+using ns = std::chrono::nanoseconds;
+
+/// Every errno munmap(2) and close(2) document, by call.
+inline constexpr std::array<int, 3> unmap_errnos{EINVAL, ENOMEM, EPERM};
+inline constexpr std::array<int, 5> close_errnos{EBADF, EINTR, EIO, ENOSPC, EDQUOT};
+
+/// Choices from a seed (splitmix64): the same seed gives the same run.
+class prng_source {
+public:
+    explicit prng_source(std::uint64_t seed) noexcept : state_(seed) {}
+    std::uint64_t next() noexcept {
+        std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
+        z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
+        return z ^ (z >> 31U);
+    }
+    std::uint64_t below(std::uint64_t n) noexcept { return n == 0 ? 0 : next() % n; }
+    [[nodiscard]] bool exhausted() const noexcept { return false; }
+
+private:
+    std::uint64_t state_;
+};
+
+/// Choices read from fuzzer bytes, one byte per small choice and four per large one; zeros after the end.
+class bytes_source {
+public:
+    bytes_source(const std::uint8_t* data, std::size_t size) noexcept : data_(data), size_(size) {}
+    std::uint64_t below(std::uint64_t n) noexcept {
+        if (n <= 1) return 0;
+        const int width = n <= 256 ? 1 : 4;
+        std::uint64_t value = 0;
+        for (int i = 0; i < width; ++i) value = (value << 8U) | (pos_ < size_ ? data_[pos_++] : 0U);
+        return value % n;
+    }
+    [[nodiscard]] bool exhausted() const noexcept { return pos_ >= size_; }
+
+private:
+    const std::uint8_t* data_;
+    std::size_t size_;
+    std::size_t pos_ = 0;
+};
+
+/// What a run did, for the README's figures.
+struct run_counts {
+    std::uint64_t operations = 0;
+    std::uint64_t queues = 0;
+    std::uint64_t calls_checked = 0;  ///< munmap/close calls matched against the reference
+    std::uint64_t items = 0;
+    std::uint64_t unmap_faults = 0;
+    std::uint64_t close_faults = 0;
+    std::uint64_t errors_reported = 0;  ///< on_error calls
+};
+
+/// The chunk size the queue uses for a requested unmap_chunk_bytes: whole pages, at least one, and
+/// "as large as possible" for requests past the last page multiple.
+inline std::size_t expected_chunk(std::size_t requested) noexcept {
+    const std::size_t page = du::detail::page_size();
+    if (requested > std::numeric_limits<std::size_t>::max() - page) return std::numeric_limits<std::size_t>::max() / page * page;
+    return std::max((requested + page - 1) / page * page, page);
+}
+
+template <class Source>
+class harness {
+public:
+    harness(Source& source, std::uint64_t script_seed) : source_(source), script_rng_(script_seed) {
+        main_thread_ = std::this_thread::get_id();
+    }
+    ~harness() { queue_.reset(); }
+    harness(const harness&) = delete;
+    harness& operator=(const harness&) = delete;
+
+    /// Runs one operation and checks the queue against the model. False on the first divergence.
+    bool step() {
+        if (!failure_.empty()) return false;
+        ++counts_.operations;
+        if (!queue_) return new_queue();
+        switch (source_.below(16)) {
+        case 0: case 1: case 2: return push_region();
+        case 3: return push_mapping();
+        case 4: return push_fd();
+        case 5: return push_empty();
+        case 6: case 7: case 8: case 9: return drain();
+        case 10: return flush();
+        case 11: case 12: return advance_clock();
+        case 13: return set_faults();
+        case 14: return source_.below(8) == 0 ? new_queue() : drain();
+        default: return push_region();
+        }
+    }
+
+    /// Destroys the queue (its destructor flushes) and checks everything came back.
+    bool finish() {
+        if (!failure_.empty()) return false;
+        return end_queue();
+    }
+
+    [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
+    [[nodiscard]] const run_counts& counts() const noexcept { return counts_; }
+
+private:
+    struct ref_item {
+        std::byte* addr;
+        std::size_t length;
+        std::size_t unmapped;
+        int fd;
+        std::size_t close_bytes;
+        dt::manual_clock::time_point enqueued;
+    };
+    struct logged {
+        dt::os_call call;
+        ns cost;
+    };
+    enum class site { drain, flush, cap };
+
+    // ---- operations ----
+
+    bool new_queue() {
+        if (queue_ && !end_queue()) return false;
+        auto& os = dt::reset();
+        {
+            std::lock_guard lock(log_mutex_);
+            log_.clear();
+        }
+        ++counts_.queues;
+        du::reclaim_options o;
+        const std::size_t page = du::detail::page_size();
+        switch (source_.below(6)) {
+        case 0: o.unmap_chunk_bytes = page; break;
+        case 1: o.unmap_chunk_bytes = 0; break;
+        case 2: o.unmap_chunk_bytes = 3 * page + 1; break;
+        case 3: o.unmap_chunk_bytes = std::numeric_limits<std::size_t>::max(); break;
+        case 4: o.unmap_chunk_bytes = std::size_t{2} << 20U; break;
+        default: o.unmap_chunk_bytes = (1 + source_.below(64)) * page; break;
+        }
+        if (source_.below(3) == 0) o.max_pending_bytes = (source_.below(64)) * page;
+        switch (source_.below(4)) {
+        case 0: o.max_delay = ns::max(); break;
+        case 1: o.max_delay = ns{0}; break;
+        default: o.max_delay = ns{static_cast<std::int64_t>(source_.below(200'000'000))}; break;
+        }
+        const auto mode = source_.below(8);
+        o.close_on_worker = mode == 1 || mode == 3;
+        o.unmap_on_worker = mode == 2 || mode == 3;
+        o.worker_pause = ns{0};
+        o.prior.unmap_ns_per_byte = static_cast<double>(source_.below(100)) / 400.0;
+        o.prior.close_ns_per_byte = static_cast<double>(source_.below(100)) / 200.0;
+        o.prior.call_overhead = ns{static_cast<std::int64_t>(source_.below(5000))};
+        o.initial_capacity = source_.below(3) == 0 ? 0 : source_.below(100);
+        throwing_on_error_ = source_.below(4) == 0;
+        o.on_error = [this](const du::reclaim_error& e) {
+            {
+                std::lock_guard lock(log_mutex_);
+                ++errors_reported_;
+                if (e.recovered) ++errors_recovered_;
+            }
+#if DEFERRED_UNMAP_HAS_EXCEPTIONS
+            if (throwing_on_error_) throw std::runtime_error("on_error throws; the queue must swallow it");
+#endif
+        };
+        unmap_rate_ = source_.below(64);
+        close_rate_ = source_.below(64);
+        unmap_ns_per_byte_ = static_cast<double>(source_.below(100)) / 200.0;
+        close_ns_per_byte_ = static_cast<double>(source_.below(100)) / 100.0;
+        jitter_ns_ = source_.below(20'000);
+        os.cost = [this](const dt::os_call& call) { return script_cost(call); };
+        os.fail = [this](const dt::os_call& call) { return script_fail(call); };
+
+        options_ = o;
+        chunk_ = expected_chunk(o.unmap_chunk_bytes);
+        model_ = o.prior;
+        expected_ = {};
+        items_.clear();
+        handed_.clear();
+        last_drain_ = {};
+        leaked_ = 0;
+        errors_reported_ = errors_recovered_ = 0;
+        expected_recovered_ = 0;
+        last_worker_advance_ = 0;
+        queue_ = std::make_unique<scripted_queue>(std::move(o));
+        return check("new queue");
+    }
+
+    bool end_queue() {
+        queue_.reset();  // flushes, then joins the worker
+        auto log = take_log();
+        if (!consume_lenient(log, site::flush)) return false;
+        if (!items_.empty() || !handed_.empty()) return fail("destructor left items unreclaimed");
+        auto& os = dt::script();
+        if (os.open_fds() != 0) return fail("destructor left descriptors open: " + std::to_string(os.open_fds()));
+        if (os.mapped_bytes() != leaked_) return fail("mapped bytes after destructor " + std::to_string(os.mapped_bytes()) + " != leaked " + std::to_string(leaked_));
+        if (os.misuse() != 0) return fail("double close or double unmap");
+        if (errors_reported_ != expected_.unmap_errors + expected_.close_errors) return fail("on_error calls differ from failed calls");
+        counts_.errors_reported += errors_reported_;
+        return true;
+    }
+
+    std::size_t region_bytes() {
+        const std::size_t page = du::detail::page_size();
+        const std::size_t unit = std::min<std::size_t>(chunk_, std::size_t{8} << 20U);
+        std::size_t bytes = unit * source_.below(5) + page * source_.below(9);
+        if (source_.below(2) == 0 && bytes > page) bytes -= source_.below(page);
+        return std::max<std::size_t>(bytes, 1);
+    }
+
+    bool push_region() {
+        const std::size_t bytes = region_bytes();
+        auto region = dt::make_region(bytes);
+        ref_item it{static_cast<std::byte*>(region.data()), du::detail::round_up_to_page(bytes), 0, region.fd(), 0, dt::manual_clock::now()};
+        it.close_bytes = it.length;
+        return push_and_check(it, [&] { queue_->push(std::move(region)); });
+    }
+
+    bool push_mapping() {
+        const std::size_t bytes = region_bytes();
+        auto map = dt::scripted_mapping::adopt(dt::script().map_range(bytes), bytes);
+        ref_item it{static_cast<std::byte*>(map.data()), du::detail::round_up_to_page(bytes), 0, -1, 0, dt::manual_clock::now()};
+        return push_and_check(it, [&] { queue_->push(std::move(map)); });
+    }
+
+    bool push_fd() {
+        const std::size_t bytes = region_bytes();
+        dt::scripted_fd fd{dt::script().open_fd(bytes)};
+        const std::size_t hint = source_.below(2) == 0 ? bytes : 0;
+        ref_item it{nullptr, 0, 0, fd.get(), hint, dt::manual_clock::now()};
+        return push_and_check(it, [&] { queue_->push(std::move(fd), hint); });
+    }
+
+    bool push_empty() {
+        // Empty handles and a region holding only its descriptor.
+        switch (source_.below(4)) {
+        case 0: queue_->push(dt::scripted_region{}); return check("push(empty region)");
+        case 1: queue_->push(dt::scripted_mapping{}); return check("push(empty mapping)");
+        case 2: queue_->push(dt::scripted_fd{}); return check("push(empty fd)");
+        default: {
+            dt::scripted_region region{dt::scripted_fd{dt::script().open_fd(4096)}, dt::scripted_mapping{}};
+            ref_item it{nullptr, 0, 0, region.fd(), 0, dt::manual_clock::now()};
+            return push_and_check(it, [&] { queue_->push(std::move(region)); });
+        }
+        }
+    }
+
+    template <class Push>
+    bool push_and_check(const ref_item& it, Push&& push) {
+        ++counts_.items;
+        const std::size_t before = pending_bytes_ref();
+        push();
+        items_.push_back(it);
+        ++expected_.items_pushed;
+        expected_.bytes_pushed += it.length;
+        if (pending_bytes_ref() > options_.max_pending_bytes && !options_.unmap_on_worker) {
+            if (!simulate_cap()) return false;
+        }
+        if (options_.unmap_on_worker) {
+            if (!consume_lenient(take_log(), site::cap)) return false;
+        }
+        return check("push of " + std::to_string(it.length) + " bytes, fd " + std::to_string(it.fd) +
+                     " (pending before " + std::to_string(before) + ")");
+    }
+
+    bool drain() {
+        ns budget{0};
+        switch (source_.below(8)) {
+        case 0: budget = ns{0}; break;
+        case 1: budget = -ns{1 + static_cast<std::int64_t>(source_.below(1000))}; break;
+        case 2: budget = ns::max(); break;
+        case 3: budget = ns{1}; break;
+        default: budget = ns{static_cast<std::int64_t>(source_.below(3'000'000))}; break;
+        }
+        const auto start = dt::manual_clock::now();
+        const du::drain_report report = queue_->drain(budget);
+        if (budget <= ns{0} || options_.unmap_on_worker) {
+            if (report.steps != 0 || report.fds_closed != 0 || report.bytes_unmapped != 0 || report.fds_handed_off != 0)
+                return fail("drain(" + std::to_string(budget.count()) + ") did work on the calling thread");
+            if (options_.unmap_on_worker && budget > ns{0} && !consume_lenient(take_log(), site::cap)) return false;
+            return check("drain without steps");
+        }
+        last_drain_ = start;
+        // Replays drain's loop: hand a bare close to the worker, else start the next step only if it fits.
+        std::vector<logged> log = take_log();
+        std::size_t pos = 0;
+        std::size_t steps = 0, handed = 0, closed = 0, unmapped = 0, errors = 0;
+        ns elapsed{0};
+        while (!items_.empty()) {
+            if (options_.close_on_worker && !unmapping(items_.front())) {
+                hand_off();
+                ++handed;
+                continue;
+            }
+            if (steps > 0 && elapsed + predict(items_.front()) > budget) break;
+            step_result r;
+            if (!run_step(log, pos, site::drain, r)) return false;
+            ++steps;
+            elapsed += r.took;
+            closed += r.closed;
+            unmapped += r.unmapped;
+            errors += r.errors;
+        }
+        if (steps > 0) ++expected_.drains;
+        if (!leftovers_are_worker_closes(log, pos)) return false;
+        const std::string what = "drain(" + std::to_string(budget.count()) + " ns)";
+        if (report.steps != steps) return fail(what + ": steps " + std::to_string(report.steps) + " != " + std::to_string(steps));
+        if (report.fds_handed_off != handed) return fail(what + ": hand-offs differ");
+        if (report.fds_closed != closed) return fail(what + ": fds_closed differ");
+        if (report.bytes_unmapped != unmapped) return fail(what + ": bytes_unmapped differ");
+        if (report.errors != errors) return fail(what + ": errors differ");
+        if (report.elapsed != elapsed) return fail(what + ": elapsed " + std::to_string(report.elapsed.count()) + " != " + std::to_string(elapsed.count()));
+        if (report.pending_bytes != pending_bytes_ref()) return fail(what + ": reported pending bytes differ");
+        return check(what);
+    }
+
+    bool flush() {
+        queue_->flush();
+        if (!consume_lenient(take_log(), site::flush)) return false;
+        if (!items_.empty() || !handed_.empty()) return fail("flush left items");
+        if (queue_->pending_items() != 0 || queue_->pending_bytes() != 0) return fail("flush: queue not empty");
+        return check("flush") && check_stats_exact("flush");
+    }
+
+    bool advance_clock() {
+        dt::manual_clock::advance(ns{static_cast<std::int64_t>(source_.below(300'000'000))});
+        return check("clock advance");
+    }
+
+    bool set_faults() {
+        std::lock_guard lock(log_mutex_);
+        unmap_rate_ = source_.below(3) == 0 ? 0 : source_.below(256);
+        close_rate_ = source_.below(3) == 0 ? 0 : source_.below(256);
+        return true;
+    }
+
+    // ---- the scripted OS's behaviour (runs on any thread, under the script's lock) ----
+
+    ns script_cost(const dt::os_call& call) {
+        std::lock_guard lock(log_mutex_);
+        ns cost{0};
+        if (call.thread == main_thread_ && call.op != call_kind::map) {
+            const double rate = call.op == call_kind::unmap ? unmap_ns_per_byte_ : close_ns_per_byte_;
+            cost = ns{static_cast<std::int64_t>(rate * static_cast<double>(call.length))} +
+                   ns{static_cast<std::int64_t>(script_rng_.below(jitter_ns_ + 1))};
+        }
+        if (call.op != call_kind::map) log_.push_back({call, cost});
+        return cost;
+    }
+
+    int script_fail(const dt::os_call& call) {
+        std::lock_guard lock(log_mutex_);
+        if (call.op == call_kind::unmap && script_rng_.below(256) < unmap_rate_) {
+            ++counts_.unmap_faults;
+            return unmap_errnos[script_rng_.below(unmap_errnos.size())];
+        }
+        if (call.op == call_kind::close && script_rng_.below(256) < close_rate_) {
+            ++counts_.close_faults;
+            return close_errnos[script_rng_.below(close_errnos.size())];
+        }
+        return 0;
+    }
+
+    std::vector<logged> take_log() {
+        std::lock_guard lock(log_mutex_);
+        std::vector<logged> out;
+        out.swap(log_);
+        counts_.calls_checked += out.size();
+        return out;
+    }
+
+    // ---- the reference ----
+
+    [[nodiscard]] static bool unmapping(const ref_item& it) noexcept { return it.unmapped < it.length; }
+    [[nodiscard]] std::size_t next_chunk(const ref_item& it) const noexcept { return std::min(chunk_, it.length - it.unmapped); }
+    [[nodiscard]] ns predict(const ref_item& it) const noexcept {
+        return unmapping(it) ? model_.predict_unmap(next_chunk(it)) : model_.predict_close(it.close_bytes);
+    }
+    [[nodiscard]] std::size_t pending_bytes_ref() const noexcept {
+        std::size_t total = 0;
+        for (const auto& it : items_) total += it.length - it.unmapped;
+        return total;
+    }
+    [[nodiscard]] std::size_t open_fds_ref() const noexcept {
+        std::size_t total = handed_.size();
+        for (const auto& it : items_) total += it.fd >= 0 ? 1 : 0;
+        return total;
+    }
+
+    void hand_off() {
+        handed_.push_back(items_.front().fd);
+        items_.pop_front();
+    }
+
+    struct step_result {
+        ns took{0};
+        std::size_t closed = 0;
+        std::size_t unmapped = 0;
+        std::size_t errors = 0;
+    };
+
+    // The next call `thread` made; calls of other threads in between can only be the worker's closes.
+    const logged* next_from(const std::vector<logged>& log, std::size_t& pos, std::thread::id thread) {
+        while (pos < log.size()) {
+            const logged& l = log[pos++];
+            if (l.call.thread == thread) return &l;
+            if (!worker_close(l)) return nullptr;
+        }
+        return nullptr;
+    }
+
+    bool worker_close(const logged& l) {
+        if (l.call.op != call_kind::close || handed_.empty() || handed_.front() != l.call.fd)
+            return fail("the worker made an unexpected call: " + describe(l.call) + mode());
+        handed_.pop_front();
+        ++expected_.fds_closed;
+        ++expected_.items_reclaimed;
+        ++expected_.worker_steps;
+        if (l.call.result != 0) ++expected_.close_errors;
+        return true;
+    }
+
+    bool leftovers_are_worker_closes(const std::vector<logged>& log, std::size_t pos) {
+        while (pos < log.size()) {
+            const logged& l = log[pos++];
+            if (l.call.thread == main_thread_) return fail("the queue made a call the reference did not expect: " + describe(l.call));
+            if (!worker_close(l)) return false;
+        }
+        return true;
+    }
+
+    [[nodiscard]] std::string mode() const {
+        return std::string(" [") + (options_.close_on_worker ? "close_on_worker " : "") + (options_.unmap_on_worker ? "unmap_on_worker" : "") + "]";
+    }
+
+    static std::string describe(const dt::os_call& c) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s addr=%p len=%zu fd=%d result=%d", c.op == call_kind::unmap ? "munmap" : "close", c.addr, c.length, c.fd, c.result);
+        return buf;
+    }
+
+    // One step of the oldest item, as the queue must make it, checked against the log.
+    bool run_step(const std::vector<logged>& log, std::size_t& pos, site where, step_result& r) {
+        ref_item& it = items_.front();
+        const logged* l = next_from(log, pos, main_thread_);
+        if (!failure_.empty()) return false;
+        if (l == nullptr) return fail("the queue stopped before a step the reference expected (" + std::string(unmapping(it) ? "munmap" : "close") + ")");
+        if (!apply_step(it, *l, log, pos, r)) return false;
+        ++expected_.steps;
+        if (where == site::cap) ++expected_.cap_steps;
+        return true;
+    }
+
+    bool apply_step(ref_item& it, const logged& l, const std::vector<logged>& log, std::size_t& pos, step_result& r) {
+        r.took = l.cost;
+        if (unmapping(it)) {
+            const std::size_t chunk = next_chunk(it);
+            const std::size_t rest = it.length - it.unmapped;
+            std::byte* at = it.addr + it.unmapped;
+            if (l.call.op != call_kind::unmap || l.call.addr != at || l.call.length != chunk)
+                return fail("expected munmap(" + std::to_string(reinterpret_cast<std::uintptr_t>(at)) + ", " + std::to_string(chunk) + "), got " + describe(l.call));
+            if (l.call.result == 0) {
+                model_.learn_unmap(chunk, l.cost);
+                r.unmapped = chunk;
+            } else {
+                ++r.errors;
+                ++expected_.unmap_errors;
+                bool recovered = false;
+                if (rest > chunk) {
+                    ++expected_.fallback_unmaps;
+                    const logged* f = next_from(log, pos, l.call.thread);
+                    if (f == nullptr || f->call.op != call_kind::unmap || f->call.addr != at || f->call.length != rest)
+                        return fail("a failed chunk was not followed by one munmap of the whole rest");
+                    r.took += f->cost;
+                    recovered = f->call.result == 0;
+                    if (!recovered) {
+                        ++r.errors;
+                        ++expected_.unmap_errors;
+                    }
+                }
+                if (recovered) {
+                    r.unmapped = rest;
+                    ++expected_recovered_;
+                } else {
+                    leaked_ += rest;
+                    expected_.bytes_leaked += rest;
+                }
+            }
+            it.unmapped += l.call.result == 0 ? chunk : rest;
+            expected_.bytes_unmapped += r.unmapped;
+            if (!unmapping(it) && it.fd < 0) complete_front();
+            return true;
+        }
+        if (l.call.op != call_kind::close || l.call.fd != it.fd) return fail("expected close(" + std::to_string(it.fd) + "), got " + describe(l.call));
+        r.closed = 1;
+        ++expected_.fds_closed;
+        if (l.call.result == 0) model_.learn_close(it.close_bytes, l.cost);
+        else {
+            ++r.errors;
+            ++expected_.close_errors;
+        }
+        complete_front();
+        return true;
+    }
+
+    void complete_front() {
+        items_.pop_front();
+        ++expected_.items_reclaimed;
+    }
+
+    // A push over max_pending_bytes: steps, oldest first, until the pending bytes fit.
+    bool simulate_cap() {
+        std::vector<logged> log = take_log();
+        std::size_t pos = 0;
+        while (pending_bytes_ref() > options_.max_pending_bytes && !items_.empty()) {
+            if (options_.close_on_worker && !unmapping(items_.front())) {
+                hand_off();
+                continue;
+            }
+            step_result r;
+            if (!run_step(log, pos, site::cap, r)) return false;
+        }
+        return leftovers_are_worker_closes(log, pos);
+    }
+
+    // Calls whose thread and timing the reference cannot foresee (flush, destructor, worker unmaps):
+    // each must still be the one call allowed next.
+    bool consume_lenient(const std::vector<logged>& log, site where) {
+        for (std::size_t pos = 0; pos < log.size();) {
+            const logged& l = log[pos++];
+            if (l.call.op == call_kind::close && !handed_.empty() && handed_.front() == l.call.fd) {
+                if (!worker_close(l)) return false;
+                continue;
+            }
+            // An item whose close went to the worker, seen only through a later item's call.
+            while (!items_.empty() && options_.close_on_worker && !unmapping(items_.front()) &&
+                   !(l.call.op == call_kind::close && l.call.fd == items_.front().fd))
+                hand_off();
+            if (items_.empty()) return fail("a call with nothing pending: " + describe(l.call));
+            step_result r;
+            const std::size_t before = pending_bytes_ref();
+            if (!apply_step(items_.front(), l, log, pos, r)) return false;
+            // The worker's last step may be logged but not yet subtracted from pending_bytes().
+            if (l.call.thread != main_thread_) last_worker_advance_ = before - pending_bytes_ref();
+            if (l.call.thread == main_thread_) {
+                ++expected_.steps;
+                if (where == site::cap) ++expected_.cap_steps;
+            } else {
+                ++expected_.worker_steps;
+            }
+        }
+        return true;
+    }
+
+    // ---- checks after every operation ----
+
+    bool check(const std::string& what) {
+        auto& os = dt::script();
+        if (os.misuse() != 0) return fail(what + ": double close or double unmap");
+        const bool async = options_.close_on_worker || options_.unmap_on_worker;
+        const std::size_t q_bytes = queue_->pending_bytes();
+        const std::size_t q_items = queue_->pending_items();
+        if (!async) {
+            if (q_bytes != pending_bytes_ref()) return fail(what + ": pending_bytes " + std::to_string(q_bytes) + " != model " + std::to_string(pending_bytes_ref()));
+            if (q_items != items_.size()) return fail(what + ": pending_items " + std::to_string(q_items) + " != model " + std::to_string(items_.size()));
+            if (os.open_fds() != open_fds_ref()) return fail(what + ": open descriptors differ from the model");
+            if (os.mapped_bytes() != pending_bytes_ref() + leaked_) return fail(what + ": mapped bytes differ from the model");
+            if (!check_stats_exact(what)) return false;
+        } else if (!options_.unmap_on_worker) {
+            // The worker may be closing handed-off descriptors right now; nothing else moves.
+            if (q_bytes != pending_bytes_ref()) return fail(what + ": pending_bytes differ (close_on_worker)");
+            if (q_items < items_.size() || q_items > items_.size() + handed_.size() + 1) return fail(what + ": pending_items out of range (close_on_worker)");
+        } else {
+            if (q_bytes > pending_bytes_ref() + last_worker_advance_) return fail(what + ": more pending bytes than the model allows");
+        }
+        if (!options_.unmap_on_worker) {
+            const cost_snapshot got{queue_->model()};
+            if (!(got == cost_snapshot{model_})) return fail(what + ": cost model diverged");
+            const auto deadline = queue_->next_deadline();
+            if (deadline != expected_deadline())
+                return fail(what + ": next_deadline " + std::to_string(deadline.time_since_epoch().count()) + " != model " +
+                            std::to_string(expected_deadline().time_since_epoch().count()) + " (max_delay " +
+                            std::to_string(options_.max_delay.count()) + " ns)");
+        }
+        return true;
+    }
+
+    struct cost_snapshot {
+        explicit cost_snapshot(const du::cost_model& m) : unmap(m.unmap_ns_per_byte), close(m.close_ns_per_byte), overhead(m.call_overhead) {}
+        double unmap;
+        double close;
+        ns overhead;
+        bool operator==(const cost_snapshot&) const = default;
+    };
+
+    [[nodiscard]] dt::manual_clock::time_point expected_deadline() const noexcept {
+        using tp = dt::manual_clock::time_point;
+        if (items_.empty()) return tp::max();
+        const tp from = std::max(items_.front().enqueued, last_drain_);
+        // Saturates: a max_delay of "forever" means no deadline, not an overflow.
+        if (options_.max_delay > tp::max() - from) return tp::max();
+        return from + options_.max_delay;
+    }
+
+    bool check_stats_exact(const std::string& what) {
+        const du::reclaim_stats s = queue_->stats();
+        const auto& e = expected_;
+#define DU_STAT(field)                                                                                      \
+    if (s.field != e.field)                                                                                 \
+        return fail(what + ": stats." #field " " + std::to_string(s.field) + " != model " + std::to_string(e.field));
+        DU_STAT(items_pushed)
+        DU_STAT(bytes_pushed)
+        DU_STAT(items_reclaimed)
+        DU_STAT(bytes_unmapped)
+        DU_STAT(fds_closed)
+        DU_STAT(drains)
+        DU_STAT(steps)
+        DU_STAT(worker_steps)
+        DU_STAT(unmap_errors)
+        DU_STAT(close_errors)
+        DU_STAT(fallback_unmaps)
+        DU_STAT(bytes_leaked)
+        DU_STAT(synchronous_pushes)
+#undef DU_STAT
+        if (!options_.unmap_on_worker && s.cap_steps != e.cap_steps) return fail(what + ": stats.cap_steps differ");
+        std::lock_guard lock(log_mutex_);
+        if (errors_reported_ != e.unmap_errors + e.close_errors) return fail(what + ": on_error calls differ from failed calls");
+        if (errors_recovered_ != expected_recovered_) return fail(what + ": errors marked recovered differ from fallbacks that succeeded");
+        return true;
+    }
+
+    bool fail(const std::string& message) {
+        if (failure_.empty()) failure_ = message;
+        return false;
+    }
+
+    Source& source_;
+    prng_source script_rng_;  // under log_mutex_: the scripted OS's costs and failures
+    std::thread::id main_thread_;
+    run_counts counts_;
+    std::string failure_;
+
+    std::unique_ptr<scripted_queue> queue_;
+    du::reclaim_options options_;
+    std::size_t chunk_ = 0;
+    du::cost_model model_;
+    du::reclaim_stats expected_;
+    std::deque<ref_item> items_;
+    std::deque<int> handed_;  // descriptors handed to the worker, not yet closed
+    dt::manual_clock::time_point last_drain_{};
+    std::size_t leaked_ = 0;
+    std::uint64_t expected_recovered_ = 0;
+    std::size_t last_worker_advance_ = 0;
+
+    std::mutex log_mutex_;
+    std::vector<logged> log_;
+    std::uint64_t unmap_rate_ = 0;  // out of 256
+    std::uint64_t close_rate_ = 0;
+    double unmap_ns_per_byte_ = 0;
+    double close_ns_per_byte_ = 0;
+    std::uint64_t jitter_ns_ = 0;
+    bool throwing_on_error_ = false;
+    std::uint64_t errors_reported_ = 0;
+    std::uint64_t errors_recovered_ = 0;
+};
+
+}  // namespace du_reliability
