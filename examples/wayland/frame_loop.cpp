@@ -1,0 +1,105 @@
+// frame_loop.cpp - vblank timer (timerfd, absolute), repaint, drain; idle timer for when nothing is drawn.
+#include "frame_loop.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <system_error>
+
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+namespace shm_compositor {
+
+using std::chrono::nanoseconds;
+
+namespace {
+
+// The idle timer drains in larger slices: nothing else is waiting for the thread.
+constexpr int idle_budget_factor = 4;
+
+timespec to_timespec(frame_loop::clock::time_point t) noexcept {
+    // steady_clock is CLOCK_MONOTONIC on Linux, so its time points can arm a CLOCK_MONOTONIC timerfd.
+    const auto ns = std::chrono::duration_cast<nanoseconds>(t.time_since_epoch()).count();
+    return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+}
+
+std::uint32_t monotonic_ms(frame_loop::clock::time_point t) noexcept {
+    return static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count());
+}
+
+}  // namespace
+
+frame_loop::frame_loop(wl_event_loop* loop, scene& scene, reclaimer& reclaim, int hz, nanoseconds budget)
+    : scene_(scene), reclaim_(reclaim), period_(nanoseconds{1'000'000'000} / hz), budget_(budget), epoch_(clock::now()) {
+    vblank_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    if (vblank_fd_ < 0) throw std::system_error(errno, std::system_category(), "timerfd_create");
+    vblank_source_ = wl_event_loop_add_fd(loop, vblank_fd_, WL_EVENT_READABLE, on_vblank, this);
+    idle_source_ = wl_event_loop_add_timer(loop, on_idle, this);
+    if (vblank_source_ == nullptr || idle_source_ == nullptr) {
+        release();
+        throw std::system_error(ENOMEM, std::system_category(), "wl_event_loop_add_*");
+    }
+}
+
+frame_loop::~frame_loop() { release(); }
+
+void frame_loop::release() noexcept {
+    if (idle_source_ != nullptr) wl_event_source_remove(idle_source_);
+    if (vblank_source_ != nullptr) wl_event_source_remove(vblank_source_);
+    if (vblank_fd_ >= 0) ::close(vblank_fd_);
+    idle_source_ = vblank_source_ = nullptr;
+    vblank_fd_ = -1;
+}
+
+frame_loop::clock::time_point frame_loop::next_vblank(clock::time_point after) const noexcept {
+    const auto periods = (after - epoch_) / period_ + 1;
+    return epoch_ + periods * period_;
+}
+
+void frame_loop::schedule_repaint() noexcept {
+    if (repaint_scheduled_) return;
+    scheduled_ = next_vblank(clock::now());
+    const itimerspec spec{{0, 0}, to_timespec(scheduled_)};
+    repaint_scheduled_ = ::timerfd_settime(vblank_fd_, TFD_TIMER_ABSTIME, &spec, nullptr) == 0;
+}
+
+int frame_loop::on_vblank(int fd, std::uint32_t, void* data) {
+    std::uint64_t expirations = 0;
+    if (::read(fd, &expirations, sizeof expirations) != sizeof expirations) return 0;
+    static_cast<frame_loop*>(data)->run_frame();
+    return 0;
+}
+
+// Repaint, then the frame-commit hook: the page flip would be queued here, and teardown gets the rest
+// of the budget.
+void frame_loop::run_frame() noexcept {
+    repaint_scheduled_ = false;
+    scene_.repaint(monotonic_ms(clock::now()));
+    reclaim_.on_frame(budget_);
+    const nanoseconds took = std::chrono::duration_cast<nanoseconds>(clock::now() - scheduled_);
+    ++stats_.frames;
+    stats_.frame_times.record(took);
+    if (took > period_) stats_.missed_frames += static_cast<std::uint64_t>(took / period_);
+    arm_idle_timer();
+}
+
+void frame_loop::arm_idle_timer() noexcept {
+    const auto deadline = reclaim_.next_deadline();
+    if (deadline == clock::time_point::max()) {
+        wl_event_source_timer_update(idle_source_, 0);
+        return;
+    }
+    // wl_event_source_timer_update takes whole milliseconds, and 0 would disarm it.
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
+    wl_event_source_timer_update(idle_source_, static_cast<int>(std::max<decltype(wait)>(wait, 1)));
+}
+
+int frame_loop::on_idle(void* data) {
+    auto* self = static_cast<frame_loop*>(data);
+    ++self->stats_.idle_drains;
+    self->reclaim_.on_idle(self->budget_ * idle_budget_factor);
+    self->arm_idle_timer();
+    return 0;
+}
+
+}  // namespace shm_compositor

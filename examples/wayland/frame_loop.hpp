@@ -1,0 +1,67 @@
+// frame_loop.hpp - the headless output's refresh cycle, and where the reclaimer drains.
+//
+// A repaint is scheduled on demand (a commit asked for one) at the next vblank of a fixed grid of
+// 1/hz. At the vblank: repaint the scene, then drain the reclaimer within the budget: the frame-commit
+// hook. A second timer, armed from the reclaimer's next_deadline(), drains when no frame is drawn.
+// A frame is late by the time from its vblank to the end of its work (repaint and drain); every whole
+// period beyond the first counts as a missed frame. Main thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include <wayland-server-core.h>
+
+#include <deferred_unmap/stats.hpp>
+
+#include "reclaimer.hpp"
+#include "surfaces.hpp"
+
+namespace shm_compositor {
+
+struct frame_stats {
+    std::uint64_t frames = 0;
+    std::uint64_t missed_frames = 0;
+    std::uint64_t idle_drains = 0;
+    deferred_unmap::duration_histogram frame_times;  ///< vblank to end of repaint + drain
+};
+
+class frame_loop {
+public:
+    using clock = std::chrono::steady_clock;
+
+    /// Throws std::system_error if the timers cannot be made.
+    frame_loop(wl_event_loop* loop, scene& scene, reclaimer& reclaim, int hz, std::chrono::nanoseconds budget);
+    ~frame_loop();
+    frame_loop(const frame_loop&) = delete;
+    frame_loop& operator=(const frame_loop&) = delete;
+
+    /// Repaints at the next vblank, unless a repaint is already scheduled. Cost: one timerfd_settime.
+    void schedule_repaint() noexcept;
+    /// Arms the idle timer from the reclaimer's deadline (disarms it when nothing waits).
+    void arm_idle_timer() noexcept;
+
+    [[nodiscard]] const frame_stats& stats() const noexcept { return stats_; }
+    [[nodiscard]] std::chrono::nanoseconds period() const noexcept { return period_; }
+
+private:
+    static int on_vblank(int fd, std::uint32_t mask, void* data);
+    static int on_idle(void* data);
+    void run_frame() noexcept;
+    void release() noexcept;
+    [[nodiscard]] clock::time_point next_vblank(clock::time_point after) const noexcept;
+
+    scene& scene_;
+    reclaimer& reclaim_;
+    std::chrono::nanoseconds period_;
+    std::chrono::nanoseconds budget_;
+    clock::time_point epoch_;
+    clock::time_point scheduled_{};
+    bool repaint_scheduled_ = false;
+    int vblank_fd_ = -1;
+    wl_event_source* vblank_source_ = nullptr;
+    wl_event_source* idle_source_ = nullptr;
+    frame_stats stats_;
+};
+
+}  // namespace shm_compositor
