@@ -6,3 +6,5 @@ target_include_directories(test_model PRIVATE ${du_rel_dir})
 
 du_add_test(test_fault_injection ${du_rel_dir}/fault_injection.test.cpp)
 target_include_directories(test_fault_injection PRIVATE ${du_rel_dir})
+
+du_add_test(test_stress_real ${du_rel_dir}/stress_real.test.cpp)
