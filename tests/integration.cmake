@@ -10,6 +10,11 @@ set_target_properties(test_c_api PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON
 target_link_libraries(test_c_api PRIVATE deferred_unmap::c deferred_unmap_warnings)
 add_test(NAME test_c_api COMMAND test_c_api)
 
+# The C API's definitions also compile for hosts built without exceptions.
+add_library(c_api_no_exceptions OBJECT ${PROJECT_SOURCE_DIR}/src/c_api.cpp)
+target_link_libraries(c_api_no_exceptions PRIVATE deferred_unmap::deferred_unmap deferred_unmap_warnings)
+target_compile_options(c_api_no_exceptions PRIVATE -fno-exceptions)
+
 # Consumers: tests/consumers/run.cmake builds and runs a tiny program per way in, with this build's
 # compilers and flags. `install` puts this build into a prefix that find_package and pkg_config use.
 set(du_consumer_modes add_subdirectory fetchcontent install find_package pkg_config vendored)

@@ -18,7 +18,6 @@
 #include <system_error>
 #include <utility>
 
-#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "c_api.h"
