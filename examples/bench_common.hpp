@@ -267,11 +267,12 @@ inline pool make_pool(std::size_t bytes) {
     du::basic_unique_fd<timed_os> fd{::memfd_create("wl_shm", MFD_CLOEXEC)};
     if (!fd) die("memfd_create");
     if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) die("ftruncate");
-    void* client = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    // MAP_POPULATE: the same pages and page tables as faulting them one by one, in a fraction of the time.
+    void* client = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
     if (client == MAP_FAILED) die("mmap (client)");
     std::memset(client, 0x5a, bytes);
     ::munmap(client, bytes);
-    auto view = du::basic_mapping<timed_os>::map(fd.get(), bytes, PROT_READ, MAP_SHARED);
+    auto view = du::basic_mapping<timed_os>::map(fd.get(), bytes, PROT_READ, MAP_SHARED | MAP_POPULATE);
     const auto* pixels = static_cast<const volatile unsigned char*>(view.data());
     unsigned sum = 0;
     for (std::size_t at = 0; at < bytes; at += 4096) sum += pixels[at];
@@ -560,11 +561,15 @@ inline double number(const row* r, std::string_view name) {
     return v ? *v : std::nan("");
 }
 
+inline std::string fixed(double value, int decimals) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, value);
+    return buf;
+}
+
 inline std::string format(const field& f) {
     if (const auto* s = std::get_if<std::string>(&f.value)) return *s;
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.*f", f.decimals, std::get<double>(f.value));
-    return buf;
+    return fixed(std::get<double>(f.value), f.decimals);
 }
 
 /// A column of the stdout table: a field name and a short header.

@@ -26,7 +26,7 @@ STUTTER_FIELDS = [
     "pools", "pool_bytes", "worst_stall_ms", "p99_stall_ms", "p99_frame_ms", "frames_over_interval",
     "vblanks_missed", "frames_to_return", "frames_bound", "work_ms", "max_frame_close_ms",
 ]
-OVERHEAD_FIELDS = ["push_ns", "step_ns", "steps_per_item", "allocations_per_push_and_drain"]
+OVERHEAD_FIELDS = ["push_ns", "clock_read_ns", "step_ns", "steps_per_item", "allocations_per_push_and_drain"]
 
 failures = []
 

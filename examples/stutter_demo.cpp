@@ -122,13 +122,13 @@ std::string svg_timeline(const std::vector<outcome>& runs, const std::vector<row
         const double y0 = static_cast<double>(i) * (panel_h + top) + top;
         const auto y_of = [&](double ms) { return y0 + panel_h - std::min(ms, y_max) / y_max * panel_h; };
         svg << "<text x=\"" << left << "\" y=\"" << y0 - 6 << "\" font-weight=\"bold\">" << name(runs[i].which)
-            << ": worst stall " << number(&rows[i], "worst_stall_ms") << " ms, "
-            << number(&rows[i], "frames_over_interval") << " frames over " << interval_ms
+            << ": worst stall " << fixed(number(&rows[i], "worst_stall_ms"), 1) << " ms, "
+            << number(&rows[i], "frames_over_interval") << " frames over " << fixed(interval_ms, 1)
             << " ms, memory back after " << number(&rows[i], "frames_to_return") << " frames</text>\n";
         svg << "<line x1=\"" << left << "\" x2=\"" << left + width << "\" y1=\"" << y_of(interval_ms) << "\" y2=\""
             << y_of(interval_ms) << "\" stroke=\"#08f\" stroke-dasharray=\"4 3\"/>\n";
-        svg << "<text x=\"4\" y=\"" << y_of(interval_ms) + 4 << "\">" << interval_ms << " ms</text>\n";
-        svg << "<text x=\"4\" y=\"" << y0 + 8 << "\">" << y_max << " ms</text>\n";
+        svg << "<text x=\"4\" y=\"" << y_of(interval_ms) + 4 << "\">" << fixed(interval_ms, 1) << " ms</text>\n";
+        svg << "<text x=\"4\" y=\"" << y0 + 8 << "\">" << fixed(y_max, 1) << " ms</text>\n";
         for (std::size_t f = 0; f < runs[i].run.frames.size(); ++f) {
             const auto& fr = runs[i].run.frames[f];
             const double x = left + static_cast<double>(f) * bar_w, total = to_ms(fr.total);

@@ -362,6 +362,18 @@ struct null_os {
     static int close(int) noexcept { return 0; }
 };
 
+/// What one steady_clock::now() costs here: push reads the clock once, each drain step once.
+double clock_read_ns() {
+    constexpr int reads = 1 << 20;
+    std::int64_t sink = 0;
+    const auto start = steady::now();
+    for (int i = 0; i < reads; ++i) sink += steady::now().time_since_epoch().count() & 1;
+    const auto took = steady::now() - start;
+    static std::atomic<std::int64_t> keep{0};
+    keep.store(sink, std::memory_order_relaxed);  // the reads must happen
+    return static_cast<double>(took.count()) / reads;
+}
+
 row measure_overhead() {
     using region = du::basic_shm_region<null_os>;
     constexpr std::size_t items = 256, rounds = 400, item_bytes = std::size_t{4} << 20;
@@ -392,6 +404,7 @@ row measure_overhead() {
     }
     const double pushes = static_cast<double>(items * rounds);
     return {{"push_ns", static_cast<double>(push_time.count()) / pushes, 1},
+            {"clock_read_ns", clock_read_ns(), 1},
             {"step_ns", static_cast<double>(drain_time.count()) / static_cast<double>(steps), 1},
             {"steps_per_item", static_cast<double>(steps) / pushes, 1},
             {"allocations_per_push_and_drain", static_cast<double>(allocations) / pushes, 3}};
@@ -463,8 +476,9 @@ void print_results(const std::vector<row>& rows, const row& overhead, const std:
                                    {"probe_max_us", "max"}, {"probe_mmap_max_us", "mmap max"}, {"probe_samples", "samples"}});
     }
     std::printf("\nlibrary overhead (Os calls cost nothing): push %.1f ns, bookkeeping %.1f ns per drain step, "
-                "%.3f allocations per push+drain\n",
-                number(&overhead, "push_ns"), number(&overhead, "step_ns"), number(&overhead, "allocations_per_push_and_drain"));
+                "%.3f allocations per push+drain; one steady_clock::now() costs %.1f ns here\n",
+                number(&overhead, "push_ns"), number(&overhead, "step_ns"), number(&overhead, "allocations_per_push_and_drain"),
+                number(&overhead, "clock_read_ns"));
     std::printf("\ntargets:\n");
     for (const auto& g : goals)
         std::printf("  %-50s %10.3f  <= %8.3f  %s\n", format(g[0]).c_str(), number(&g, "value"), number(&g, "limit"),
