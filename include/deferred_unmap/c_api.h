@@ -57,8 +57,9 @@ du_queue *du_queue_create(const du_options *opts) DU_NOEXCEPT;
 /* Flushes everything (blocks for the whole teardown), stops the worker, frees `q`; NULL is a no-op. */
 void du_queue_destroy(du_queue *q) DU_NOEXCEPT;
 
-/* Takes a pool: unmaps [addr, addr + length), then closes fd. O(1), no syscall, any thread. 0, or
- * -EINVAL (NULL q, negative fd, NULL/MAP_FAILED/unaligned addr, zero length) and the caller keeps both. */
+/* Takes a pool: unmaps [addr, addr + length), then closes fd. O(1), no syscall, any thread; allocates
+ * only when a burst outgrows the queue; past max_pending_bytes it reclaims the oldest on this thread.
+ * 0, or -EINVAL (NULL q, negative fd, NULL/MAP_FAILED/unaligned addr, zero length): caller keeps both. */
 int du_queue_push_region(du_queue *q, int fd, void *addr, size_t length) DU_NOEXCEPT;
 
 /* Takes a mapping whose descriptor is closed or owned elsewhere. As du_queue_push_region. */
@@ -68,7 +69,8 @@ int du_queue_push_mapping(du_queue *q, void *addr, size_t length) DU_NOEXCEPT;
 int du_queue_push_fd(du_queue *q, int fd) DU_NOEXCEPT;
 
 /* Runs steps while each predicted step fits what is left of `budget_ns` (the first always runs); never
- * allocates, blocks about budget_ns plus one step. <= 0 or NULL q: does nothing, returns the counts. */
+ * allocates, blocks about budget_ns plus one step; with unmap_on_worker only wakes the worker.
+ * budget_ns <= 0: does nothing but report the counts; NULL q: an all-zero report. */
 du_drain_report du_queue_drain(du_queue *q, int64_t budget_ns) DU_NOEXCEPT;
 
 /* Tears everything down now on this thread and waits for the worker. Blocks; NULL is a no-op. */
