@@ -1,4 +1,4 @@
-// frame_loop.cpp - vblank timer (timerfd, absolute), repaint, drain; idle timer for when nothing is drawn.
+// frame_loop.cpp - vblank timer (periodic timerfd), repaint, drain; idle timer for when nothing is drawn.
 #include "frame_loop.hpp"
 
 #include <algorithm>
@@ -17,11 +17,13 @@ namespace {
 // The idle timer drains in larger slices: nothing else is waiting for the thread.
 constexpr int idle_budget_factor = 4;
 
-timespec to_timespec(frame_loop::clock::time_point t) noexcept {
-    // steady_clock is CLOCK_MONOTONIC on Linux, so its time points can arm a CLOCK_MONOTONIC timerfd.
-    const auto ns = std::chrono::duration_cast<nanoseconds>(t.time_since_epoch()).count();
+timespec to_timespec(nanoseconds d) noexcept {
+    const auto ns = d.count();
     return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
 }
+
+// steady_clock is CLOCK_MONOTONIC on Linux, so its time points can arm a CLOCK_MONOTONIC timerfd.
+timespec to_timespec(frame_loop::clock::time_point t) noexcept { return to_timespec(t.time_since_epoch()); }
 
 std::uint32_t monotonic_ms(frame_loop::clock::time_point t) noexcept {
     return static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count());
@@ -39,6 +41,12 @@ frame_loop::frame_loop(wl_event_loop* loop, scene& scene, reclaimer& reclaim, in
         release();
         throw std::system_error(ENOMEM, std::system_category(), "wl_event_loop_add_*");
     }
+    const itimerspec spec{to_timespec(period_), to_timespec(epoch_ + period_)};  // every vblank from now on
+    if (::timerfd_settime(vblank_fd_, TFD_TIMER_ABSTIME, &spec, nullptr) != 0) {
+        const int error = errno;
+        release();
+        throw std::system_error(error, std::system_category(), "timerfd_settime");
+    }
 }
 
 frame_loop::~frame_loop() { release(); }
@@ -51,35 +59,28 @@ void frame_loop::release() noexcept {
     vblank_fd_ = -1;
 }
 
-frame_loop::clock::time_point frame_loop::next_vblank(clock::time_point after) const noexcept {
-    const auto periods = (after - epoch_) / period_ + 1;
-    return epoch_ + periods * period_;
-}
-
-void frame_loop::schedule_repaint() noexcept {
-    if (repaint_scheduled_) return;
-    scheduled_ = next_vblank(clock::now());
-    const itimerspec spec{{0, 0}, to_timespec(scheduled_)};
-    repaint_scheduled_ = ::timerfd_settime(vblank_fd_, TFD_TIMER_ABSTIME, &spec, nullptr) == 0;
+frame_loop::clock::time_point frame_loop::last_vblank(clock::time_point now) const noexcept {
+    return epoch_ + (now - epoch_) / period_ * period_;
 }
 
 int frame_loop::on_vblank(int fd, std::uint32_t, void* data) {
     std::uint64_t expirations = 0;
     if (::read(fd, &expirations, sizeof expirations) != sizeof expirations) return 0;
-    static_cast<frame_loop*>(data)->run_frame();
+    static_cast<frame_loop*>(data)->run_vblank(expirations);
     return 0;
 }
 
 // Repaint, then the frame-commit hook: the page flip would be queued here, and teardown gets the rest
 // of the budget.
-void frame_loop::run_frame() noexcept {
-    repaint_scheduled_ = false;
+void frame_loop::run_vblank(std::uint64_t expirations) noexcept {
+    stats_.missed_frames += expirations - 1;
+    if (!repaint_needed_) return;
+    const auto due = last_vblank(clock::now()) - static_cast<clock::rep>(expirations - 1) * period_;
+    repaint_needed_ = false;
     scene_.repaint(monotonic_ms(clock::now()));
     reclaim_.on_frame(budget_);
-    const nanoseconds took = std::chrono::duration_cast<nanoseconds>(clock::now() - scheduled_);
     ++stats_.frames;
-    stats_.frame_times.record(took);
-    if (took > period_) stats_.missed_frames += static_cast<std::uint64_t>(took / period_);
+    stats_.frame_times.record(std::chrono::duration_cast<nanoseconds>(clock::now() - due));
     arm_idle_timer();
 }
 

@@ -1,10 +1,12 @@
 // frame_loop.hpp - the headless output's refresh cycle, and where the reclaimer drains.
 //
-// A repaint is scheduled on demand (a commit asked for one) at the next vblank of a fixed grid of
-// 1/hz. At the vblank: repaint the scene, then drain the reclaimer within the budget: the frame-commit
-// hook. A second timer, armed from the reclaimer's next_deadline(), drains when no frame is drawn.
-// A frame is late by the time from its vblank to the end of its work (repaint and drain); every whole
-// period beyond the first counts as a missed frame. Main thread only.
+// The output has a vblank every 1/hz (a periodic timerfd). At a vblank, if a commit asked for a
+// repaint: repaint the scene, then drain the reclaimer within the budget (the frame-commit hook).
+// A second timer, armed from the reclaimer's next_deadline(), drains when no frame is drawn.
+// Every vblank the loop was too busy to see (a stall in a request handler, a long drain) is a missed
+// frame, whether or not anything was to be drawn: a real output would have shown a stale picture and
+// frozen the cursor. A frame's time runs from the oldest vblank it was due at to the end of its work.
+// Main thread only.
 #pragma once
 
 #include <chrono>
@@ -21,9 +23,9 @@ namespace shm_compositor {
 
 struct frame_stats {
     std::uint64_t frames = 0;
-    std::uint64_t missed_frames = 0;
+    std::uint64_t missed_frames = 0;  ///< vblanks passed while the loop was busy
     std::uint64_t idle_drains = 0;
-    deferred_unmap::duration_histogram frame_times;  ///< vblank to end of repaint + drain
+    deferred_unmap::duration_histogram frame_times;  ///< oldest due vblank to end of repaint + drain
 };
 
 class frame_loop {
@@ -36,8 +38,8 @@ public:
     frame_loop(const frame_loop&) = delete;
     frame_loop& operator=(const frame_loop&) = delete;
 
-    /// Repaints at the next vblank, unless a repaint is already scheduled. Cost: one timerfd_settime.
-    void schedule_repaint() noexcept;
+    /// Repaints at the next vblank. Cost: none.
+    void schedule_repaint() noexcept { repaint_needed_ = true; }
     /// Arms the idle timer from the reclaimer's deadline (disarms it when nothing waits).
     void arm_idle_timer() noexcept;
 
@@ -47,17 +49,16 @@ public:
 private:
     static int on_vblank(int fd, std::uint32_t mask, void* data);
     static int on_idle(void* data);
-    void run_frame() noexcept;
+    void run_vblank(std::uint64_t expirations) noexcept;
     void release() noexcept;
-    [[nodiscard]] clock::time_point next_vblank(clock::time_point after) const noexcept;
+    [[nodiscard]] clock::time_point last_vblank(clock::time_point now) const noexcept;
 
     scene& scene_;
     reclaimer& reclaim_;
     std::chrono::nanoseconds period_;
     std::chrono::nanoseconds budget_;
     clock::time_point epoch_;
-    clock::time_point scheduled_{};
-    bool repaint_scheduled_ = false;
+    bool repaint_needed_ = false;
     int vblank_fd_ = -1;
     wl_event_source* vblank_source_ = nullptr;
     wl_event_source* idle_source_ = nullptr;
