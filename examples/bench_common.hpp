@@ -635,10 +635,12 @@ inline std::string json_object(const row& r) {
         out += (i ? ", " : "") + json_string(r[i].name) + ": ";
         if (const auto* s = std::get_if<std::string>(&r[i].value)) {
             out += json_string(*s);
-        } else {
+        } else if (const double v = std::get<double>(r[i].value); std::isfinite(v)) {
             char buf[64];
-            std::snprintf(buf, sizeof buf, "%.9g", std::get<double>(r[i].value));
+            std::snprintf(buf, sizeof buf, "%.9g", v);
             out += buf;
+        } else {
+            out += "null";  // a ratio with nothing to divide by (e.g. no probe samples in a short window)
         }
     }
     return out + "}";

@@ -20,8 +20,11 @@ TEARDOWN_FIELDS = [
     "frame_ms_per_run", "frame_p99_ms", "frame_max_ms", "max_frame_close_us", "work_ms_per_run",
     "frames_to_return", "frames_bound", "hit_frame_limit",
     "probe_p50_us", "probe_p99_us", "probe_p999_us", "probe_max_us", "probe_mmap_max_us", "probe_samples",
+    "probe_preempted",
 ]
-PROBE_FIELDS = ["probe_p50_us", "probe_p99_us", "probe_p999_us", "probe_max_us", "probe_mmap_max_us", "probe_samples"]
+PROBE_FIELDS = [
+    "probe_p50_us", "probe_p99_us", "probe_p999_us", "probe_max_us", "probe_mmap_max_us", "probe_samples", "probe_preempted",
+]
 STUTTER_FIELDS = [
     "pools", "pool_bytes", "worst_stall_ms", "p99_stall_ms", "p99_frame_ms", "frames_over_interval",
     "vblanks_missed", "frames_to_return", "frames_bound", "work_ms", "max_frame_close_ms",

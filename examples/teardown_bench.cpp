@@ -15,6 +15,8 @@
 //                       [--budget-us N] [--firefox-focus] [--no-probe] [--csv FILE] [--json FILE]
 #include "bench_common.hpp"
 
+#include <sys/resource.h>
+
 #include <cstdlib>
 #include <map>
 #include <new>
@@ -63,7 +65,6 @@ struct settings {
     std::size_t firefox_bytes = std::size_t{30} << 20;
     double firefox_seconds = 1.0;
     bool no_probe = false;
-    unsigned baseline_ms = 200;
     std::string csv, json;
 
     [[nodiscard]] nanoseconds interval() const { return nanoseconds{1'000'000'000 / hz}; }
@@ -76,7 +77,7 @@ settings parse(int argc, char** argv) {
     std::size_t burst = 0, rounds = 0;
     arg_parser args{"teardown_bench", "Measures munmap/close cost, CPU, frame-thread time and mmap contention "
                                       "of six ways to tear down wl_shm pools."};
-    args.flag("--quick", s.quick, "small run: 1 MiB and 2880x1800x4 pools, 64 MiB bursts, 2 rounds (< 20 s)");
+    args.flag("--quick", s.quick, "small run: 2880x1800x4 pools only, 40 MiB bursts, 3 rounds");
     args.sizes("--sizes", sizes, "pool sizes in bytes (suffix K/M/G allowed)");
     args.bytes("--burst-bytes", burst, "bytes of pools dying at once per run (default 256 MiB)");
     args.number("--rounds", rounds, "interleaved rounds per size (default 5)");
@@ -86,16 +87,14 @@ settings parse(int argc, char** argv) {
     args.bytes("--firefox-bytes", s.firefox_bytes, "its buffer size (default 30 MiB)");
     args.number("--firefox-seconds", s.firefox_seconds, "how long it drops buffers (default 1)");
     args.flag("--no-probe", s.no_probe, "skip the contention probe runs");
-    args.number("--baseline-ms", s.baseline_ms, "probe window with no teardown, per round (default 200)");
     args.text("--csv", s.csv, "write the strategy rows as CSV");
     args.text("--json", s.json, "write everything as JSON");
     args.parse(argc, argv);
     if (s.quick) {
-        s.sizes = {std::size_t{1} << 20, default_pool_bytes};
-        s.burst_bytes = std::size_t{64} << 20;
-        s.rounds = 2;
+        s.sizes = {default_pool_bytes};
+        s.burst_bytes = std::size_t{40} << 20;
+        s.rounds = 3;
         s.firefox_seconds = 0.25;
-        s.baseline_ms = 100;
     }
     if (!sizes.empty()) s.sizes = sizes;
     if (burst > 0) s.burst_bytes = burst;
@@ -126,6 +125,7 @@ public:
         std::lock_guard lock(mutex_);
         total_ns_.clear();
         mmap_ns_.clear();
+        preempted_ = 0;
         recording_.store(true, std::memory_order_release);
         active_ = true;
         cv_.notify_all();
@@ -138,12 +138,15 @@ public:
     }
     [[nodiscard]] const std::vector<std::uint32_t>& total_ns() const { return total_ns_; }
     [[nodiscard]] const std::vector<std::uint32_t>& mmap_ns() const { return mmap_ns_; }
+    /// Iterations left out because the probe was preempted.
+    [[nodiscard]] std::size_t preempted() const { return preempted_; }
 
 private:
     void run(std::stop_token stop) {
         std::unique_lock lock(mutex_);
         while (cv_.wait(lock, stop, [this] { return active_; })) {
             lock.unlock();
+            last_switches_ = involuntary_switches();
             while (recording_.load(std::memory_order_acquire) && total_ns_.size() < capacity) sample();
             lock.lock();
             active_ = false;
@@ -151,6 +154,9 @@ private:
         }
     }
 
+    // An iteration during which the probe was preempted (an involuntary context switch: another thread
+    // wanted its CPU) measures the scheduler, not mmap_lock, so it is counted but not recorded. A wait
+    // for mmap_lock sleeps voluntarily and is recorded.
     void sample() {
         const auto start = steady::now();
         void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -159,8 +165,20 @@ private:
         *static_cast<volatile char*>(page) = 1;
         ::munmap(page, 4096);
         const auto end = steady::now();
+        const long switches = involuntary_switches();
+        if (switches != last_switches_) {
+            last_switches_ = switches;
+            ++preempted_;
+            return;
+        }
         total_ns_.push_back(saturate(end - start));
         mmap_ns_.push_back(saturate(mapped - start));
+    }
+
+    static long involuntary_switches() {
+        rusage usage{};
+        ::getrusage(RUSAGE_THREAD, &usage);
+        return usage.ru_nivcsw;
     }
 
     static std::uint32_t saturate(nanoseconds d) {
@@ -172,6 +190,8 @@ private:
     bool active_ = false;
     std::atomic<bool> recording_{false};
     std::vector<std::uint32_t> total_ns_, mmap_ns_;
+    std::size_t preempted_ = 0;
+    long last_switches_ = 0;
     std::jthread thread_;
 };
 
@@ -188,6 +208,7 @@ struct run_result {
     call_times calls;
     frame_run frames;
     double cpu_ms = 0;
+    nanoseconds wall{0};  ///< from the burst until everything was back
 };
 
 std::vector<std::vector<pool>> make_batches(const scenario& sc) {
@@ -201,18 +222,27 @@ std::vector<std::vector<pool>> make_batches(const scenario& sc) {
     return batches;
 }
 
-run_result run_once(strategy s, const scenario& sc, const settings& cfg, contention_probe* probe) {
+/// Tears one batch down with strategy `s`. With a probe, the probe records from the burst until
+/// `probe_window` has passed or everything is back, whichever is later, so every strategy's probe
+/// sees a stretch of time of the same length.
+run_result run_once(strategy s, const scenario& sc, const settings& cfg, contention_probe* probe,
+                    nanoseconds probe_window = {}) {
     auto batches = make_batches(sc);
     const auto ranges = ranges_of(batches);
     auto engine = make_engine(s, cfg.budget());
     const std::size_t chunks = sc.pool_bytes / (std::size_t{2} << 20) + 2;
     call_log::reset(sc.pools * (chunks + 1) + 64);
     if (probe) probe->begin();
+    const auto start = steady::now();
     const auto cpu_before = process_cpu();
     run_result r;
     r.frames = run_frames(*engine, batches, {.interval = cfg.interval()});
     r.cpu_ms = to_ms(process_cpu() - cpu_before);
-    if (probe) probe->end();
+    r.wall = steady::now() - start;
+    if (probe) {
+        std::this_thread::sleep_until(start + probe_window);
+        probe->end();
+    }
     r.calls = collect_calls(ranges);
     return r;
 }
@@ -224,6 +254,7 @@ struct totals {
     std::vector<double> cpu_per_pool_us, frame_ms, returned, bound, work_ms;  // per run
     std::vector<double> slices_ms;                           // frame-thread teardown per frame
     std::vector<double> probe_us, probe_mmap_us;             // probe runs
+    double probe_preempted = 0;
     double max_frame_close_us = 0;
     bool hit_limit = false;
 
@@ -249,6 +280,7 @@ struct totals {
     void add_probe(const contention_probe& probe) {
         for (auto ns : probe.total_ns()) probe_us.push_back(ns / 1e3);
         for (auto ns : probe.mmap_ns()) probe_mmap_us.push_back(ns / 1e3);
+        probe_preempted += static_cast<double>(probe.preempted());
     }
 };
 
@@ -289,6 +321,7 @@ row strategy_row(const scenario& sc, strategy s, totals& t, bool with_probe) {
         add_summary(r, "probe", t.probe_us, true);
         r.push_back({"probe_mmap_max_us", summarize(t.probe_mmap_us).max, 1});
         r.push_back({"probe_samples", static_cast<double>(t.probe_us.size()), 0});
+        r.push_back({"probe_preempted", t.probe_preempted, 0});
     }
     return r;
 }
@@ -298,35 +331,49 @@ row baseline_row(const scenario& sc, totals& t) {
     add_summary(r, "probe", t.probe_us, true);
     r.push_back({"probe_mmap_max_us", summarize(t.probe_mmap_us).max, 1});
     r.push_back({"probe_samples", static_cast<double>(t.probe_us.size()), 0});
+    r.push_back({"probe_preempted", t.probe_preempted, 0});
     return r;
 }
 
 // ---- a scenario: all strategies, interleaved over the rounds --------------------------------------
 
-void probe_baseline(contention_probe& probe, totals& t, unsigned ms) {
+void probe_baseline(contention_probe& probe, totals& t, nanoseconds window) {
     probe.begin();
-    std::this_thread::sleep_for(std::chrono::milliseconds{ms});
+    std::this_thread::sleep_for(window);
     probe.end();
     t.add_probe(probe);
     t.frame_ms.push_back(0);
 }
 
+void progress_line(const scenario& sc, std::size_t round, const settings& cfg, strategy s, const char* phase) {
+    progress("%s %.1f MiB: round %zu/%zu, %s%s", sc.name.c_str(), static_cast<double>(sc.pool_bytes) / (1 << 20),
+             round + 1, cfg.rounds, name(s), phase);
+}
+
+/// Each round runs every strategy alone, then every strategy beside the probe, the order rotating per
+/// round. Probe windows last as long as the slowest strategy of the round took to give memory back.
 std::vector<row> run_scenario(const scenario& sc, const settings& cfg, contention_probe* probe) {
     constexpr std::size_t n = std::size(all_strategies);
     std::vector<totals> clean(n), probed(n);
     totals baseline;
     const double budget_ms = to_ms(cfg.budget());
     for (std::size_t round = 0; round < cfg.rounds; ++round) {
+        nanoseconds window{0};
         for (std::size_t k = 0; k < n; ++k) {
             const std::size_t i = (k + round) % n;  // rotate who goes first
-            progress("%s %.1f MiB: round %zu/%zu, %s", sc.name.c_str(), static_cast<double>(sc.pool_bytes) / (1 << 20),
-                     round + 1, cfg.rounds, name(all_strategies[i]));
-            clean[i].add(run_once(all_strategies[i], sc, cfg, nullptr), sc.pools, budget_ms);
-            if (!probe) continue;
-            probed[i].add(run_once(all_strategies[i], sc, cfg, probe), sc.pools, budget_ms);
+            progress_line(sc, round, cfg, all_strategies[i], "");
+            const run_result r = run_once(all_strategies[i], sc, cfg, nullptr);
+            window = std::max(window, r.wall);
+            clean[i].add(r, sc.pools, budget_ms);
+        }
+        if (!probe) continue;
+        for (std::size_t k = 0; k < n; ++k) {
+            const std::size_t i = (k + round) % n;
+            progress_line(sc, round, cfg, all_strategies[i], " + probe");
+            probed[i].add(run_once(all_strategies[i], sc, cfg, probe, window), sc.pools, budget_ms);
             probed[i].add_probe(*probe);
         }
-        if (probe) probe_baseline(*probe, baseline, cfg.baseline_ms);
+        probe_baseline(*probe, baseline, window);
     }
     progress_done();
     std::vector<row> rows;
@@ -473,7 +520,7 @@ void print_results(const std::vector<row>& rows, const row& overhead, const std:
         std::printf("\ncontention probe: mmap+touch+munmap latency (us) during each strategy:\n");
         print_table(stdout, rows, {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"strategy", "strategy"},
                                    {"probe_p50_us", "p50"}, {"probe_p99_us", "p99"}, {"probe_p999_us", "p99.9"},
-                                   {"probe_max_us", "max"}, {"probe_mmap_max_us", "mmap max"}, {"probe_samples", "samples"}});
+                                   {"probe_max_us", "max"}, {"probe_mmap_max_us", "mmap max"}, {"probe_samples", "samples"}, {"probe_preempted", "preempted"}});
     }
     std::printf("\nlibrary overhead (Os calls cost nothing): push %.1f ns, bookkeeping %.1f ns per drain step, "
                 "%.3f allocations per push+drain; one steady_clock::now() costs %.1f ns here\n",
