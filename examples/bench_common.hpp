@@ -561,6 +561,13 @@ inline double number(const row* r, std::string_view name) {
     return v ? *v : std::nan("");
 }
 
+/// The text field called `name` in `r`, or "".
+inline std::string text(const row& r, std::string_view name) {
+    const field* f = find_field(r, name);
+    const std::string* v = f ? std::get_if<std::string>(&f->value) : nullptr;
+    return v ? *v : std::string{};
+}
+
 inline std::string fixed(double value, int decimals) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.*f", decimals, value);
@@ -658,6 +665,18 @@ inline void write_json(const std::string& path, const row& machine,
     }
     out << "\n}\n";
     if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+/// A target from the benchmark's specification: `value` must not exceed `limit`.
+inline row target(std::string what, double value, double limit) {
+    return {{"target", std::move(what)}, {"value", value, 3}, {"limit", limit, 3}, {"met", value <= limit ? 1.0 : 0.0, 0}};
+}
+
+inline void print_targets(const std::vector<row>& targets) {
+    std::printf("\ntargets:\n");
+    for (const auto& t : targets)
+        std::printf("  %-50s %10.3f  <= %8.3f  %s\n", text(t, "target").c_str(), number(&t, "value"), number(&t, "limit"),
+                    number(&t, "met") > 0 ? "met" : "MISSED");
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -150,6 +150,26 @@ std::string svg_timeline(const std::vector<outcome>& runs, const std::vector<row
     return svg.str();
 }
 
+/// The targets the burst measures: the frame thread's worst and p99 drain, and memory back in time.
+std::vector<row> targets(const std::vector<row>& rows, const settings& cfg) {
+    const auto at = [&](std::string_view s) -> const row* {
+        for (const auto& r : rows)
+            if (text(r, "strategy") == s) return &r;
+        return nullptr;
+    };
+    const double budget_ms = cfg.budget_us / 1e3;
+    std::vector<row> out;
+    out.push_back(target("queue+worker p99 stall ms", number(at("queue+worker"), "p99_stall_ms"), 1.25 * budget_ms));
+    out.push_back(target("queue+worker worst stall ms", number(at("queue+worker"), "worst_stall_ms"), 2 * budget_ms));
+    out.push_back(target("queue+worker worst / close-first worst", number(at("queue+worker"), "worst_stall_ms") /
+                                                                      number(at("close-first"), "worst_stall_ms"), 1.0 / 50));
+    out.push_back(target("queue worst stall ms", number(at("queue"), "worst_stall_ms"),
+                         1.25 * std::max(budget_ms, number(at("queue"), "max_frame_close_ms"))));
+    for (const char* q : {"queue", "queue+worker", "queue+worker-unmap"})
+        out.push_back(target(std::string(q) + " frames to return", number(at(q), "frames_to_return"), number(at(q), "frames_bound")));
+    return out;
+}
+
 void write_file(const std::string& path, const std::string& text) {
     std::ofstream out(path);
     out << text;
@@ -176,7 +196,9 @@ int main(int argc, char** argv) {
                                {"p99_frame_ms", "p99 frame ms"}, {"frames_over_interval", "frames over"},
                                {"vblanks_missed", "vblanks missed"}, {"frames_to_return", "frames to return"},
                                {"frames_bound", "bound"}, {"work_ms", "work ms"}, {"max_frame_close_ms", "max close ms"}});
+    const auto goals = targets(rows, cfg);
+    print_targets(goals);
     if (!cfg.svg.empty()) write_file(cfg.svg, svg_timeline(runs, rows, cfg));
     if (!cfg.csv.empty()) write_csv(cfg.csv, rows);
-    if (!cfg.json.empty()) write_json(cfg.json, machine, {{"rows", rows}});
+    if (!cfg.json.empty()) write_json(cfg.json, machine, {{"rows", rows}, {"targets", goals}});
 }

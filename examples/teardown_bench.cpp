@@ -56,8 +56,8 @@ using std::chrono::microseconds;
 struct settings {
     std::vector<std::size_t> sizes{std::size_t{1} << 20, std::size_t{4} << 20, default_pool_bytes,
                                    std::size_t{64} << 20, std::size_t{256} << 20};
-    std::size_t burst_bytes = std::size_t{256} << 20;
-    std::size_t rounds = 5;
+    std::size_t burst_bytes = std::size_t{128} << 20;
+    std::size_t rounds = 3;
     unsigned hz = 60;
     unsigned budget_us = 1000;
     bool quick = false;
@@ -79,8 +79,8 @@ settings parse(int argc, char** argv) {
                                       "of six ways to tear down wl_shm pools."};
     args.flag("--quick", s.quick, "small run: 2880x1800x4 pools only, 40 MiB bursts, 3 rounds");
     args.sizes("--sizes", sizes, "pool sizes in bytes (suffix K/M/G allowed)");
-    args.bytes("--burst-bytes", burst, "bytes of pools dying at once per run (default 256 MiB)");
-    args.number("--rounds", rounds, "interleaved rounds per size (default 5)");
+    args.bytes("--burst-bytes", burst, "bytes of pools dying at once per run (default 128 MiB)");
+    args.number("--rounds", rounds, "interleaved rounds per size (default 3)");
     args.number("--hz", s.hz, "frame rate of the drain loop (default 60)");
     args.number("--budget-us", s.budget_us, "drain budget per frame (default 1000)");
     args.flag("--firefox-focus", s.firefox, "add the scenario of a client dropping a buffer every frame");
@@ -202,6 +202,8 @@ struct scenario {
     std::size_t pool_bytes = 0;
     std::size_t pools = 0;             ///< pools per run
     std::size_t pools_per_frame = 0;   ///< 0: all at frame 0
+    std::size_t rounds = 1;
+    bool probe = true;
 };
 
 struct run_result {
@@ -301,6 +303,7 @@ row key_fields(const scenario& sc, const std::string& strategy_name, std::size_t
 }
 
 row strategy_row(const scenario& sc, strategy s, totals& t, bool with_probe) {
+    // Every row carries every field, so scripts need no special cases.
     row r = key_fields(sc, name(s), t.frame_ms.size());
     add_summary(r, "munmap", t.munmap_us);
     add_summary(r, "close", t.close_us);
@@ -345,23 +348,24 @@ void probe_baseline(contention_probe& probe, totals& t, nanoseconds window) {
     t.frame_ms.push_back(0);
 }
 
-void progress_line(const scenario& sc, std::size_t round, const settings& cfg, strategy s, const char* phase) {
+void progress_line(const scenario& sc, std::size_t round, strategy s, const char* phase) {
     progress("%s %.1f MiB: round %zu/%zu, %s%s", sc.name.c_str(), static_cast<double>(sc.pool_bytes) / (1 << 20),
-             round + 1, cfg.rounds, name(s), phase);
+             round + 1, sc.rounds, name(s), phase);
 }
 
 /// Each round runs every strategy alone, then every strategy beside the probe, the order rotating per
 /// round. Probe windows last as long as the slowest strategy of the round took to give memory back.
 std::vector<row> run_scenario(const scenario& sc, const settings& cfg, contention_probe* probe) {
+    if (!sc.probe) probe = nullptr;
     constexpr std::size_t n = std::size(all_strategies);
     std::vector<totals> clean(n), probed(n);
     totals baseline;
     const double budget_ms = to_ms(cfg.budget());
-    for (std::size_t round = 0; round < cfg.rounds; ++round) {
+    for (std::size_t round = 0; round < sc.rounds; ++round) {
         nanoseconds window{0};
         for (std::size_t k = 0; k < n; ++k) {
             const std::size_t i = (k + round) % n;  // rotate who goes first
-            progress_line(sc, round, cfg, all_strategies[i], "");
+            progress_line(sc, round, all_strategies[i], "");
             const run_result r = run_once(all_strategies[i], sc, cfg, nullptr);
             window = std::max(window, r.wall);
             clean[i].add(r, sc.pools, budget_ms);
@@ -369,7 +373,7 @@ std::vector<row> run_scenario(const scenario& sc, const settings& cfg, contentio
         if (!probe) continue;
         for (std::size_t k = 0; k < n; ++k) {
             const std::size_t i = (k + round) % n;
-            progress_line(sc, round, cfg, all_strategies[i], " + probe");
+            progress_line(sc, round, all_strategies[i], " + probe");
             probed[i].add(run_once(all_strategies[i], sc, cfg, probe, window), sc.pools, budget_ms);
             probed[i].add_probe(*probe);
         }
@@ -389,10 +393,11 @@ std::vector<row> run_scenario(const scenario& sc, const settings& cfg, contentio
 std::vector<scenario> scenarios(const settings& cfg) {
     std::vector<scenario> out;
     for (std::size_t bytes : cfg.sizes)
-        out.push_back({"burst", bytes, std::clamp<std::size_t>(cfg.burst_bytes / bytes, 1, 256), 0});
+        out.push_back({"burst", bytes, std::clamp<std::size_t>(cfg.burst_bytes / bytes, 1, 256), 0, cfg.rounds, true});
     if (cfg.firefox) {
         const auto frames = static_cast<std::size_t>(std::max(1.0, cfg.firefox_seconds * cfg.hz));
-        out.push_back({"firefox-focus", cfg.firefox_bytes, frames, 1});
+        // One round, no probe: a second of 30 MiB buffers is ~1.8 GB of fresh pages to populate per run.
+        out.push_back({"firefox-focus", cfg.firefox_bytes, frames, 1, 1, false});
     }
     return out;
 }
@@ -460,23 +465,14 @@ row measure_overhead() {
 // ---- targets --------------------------------------------------------------------------------------
 
 const row* find_row(const std::vector<row>& rows, std::size_t bytes, std::string_view strategy_name) {
-    for (const auto& r : rows) {
-        bool size_ok = false, name_ok = false, burst = false;
-        for (const auto& f : r) {
-            if (f.name == "pool_bytes") size_ok = std::get<double>(f.value) == static_cast<double>(bytes);
-            if (f.name == "strategy") name_ok = std::get<std::string>(f.value) == strategy_name;
-            if (f.name == "scenario") burst = std::get<std::string>(f.value) == "burst";
-        }
-        if (size_ok && name_ok && burst) return &r;
-    }
+    for (const auto& r : rows)
+        if (text(r, "scenario") == "burst" && text(r, "strategy") == strategy_name &&
+            number(&r, "pool_bytes") == static_cast<double>(bytes))
+            return &r;
     return nullptr;
 }
 
-row target(std::string what, double value, double limit) {
-    return {{"target", std::move(what)}, {"value", value, 3}, {"limit", limit, 3}, {"met", value <= limit ? 1.0 : 0.0, 0}};
-}
-
-/// The targets that this tool measures, for the default pool size (or the first size run).
+/// The targets this tool measures, for the default pool size (or the first size run).
 std::vector<row> targets(const std::vector<row>& rows, const row& overhead, const settings& cfg) {
     const std::size_t bytes = std::find(cfg.sizes.begin(), cfg.sizes.end(), default_pool_bytes) != cfg.sizes.end()
                                   ? default_pool_bytes
@@ -495,6 +491,8 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
     out.push_back(target("push ns", number(&overhead, "push_ns"), 50));
     out.push_back(target("bookkeeping per step ns", number(&overhead, "step_ns"), 200));
     out.push_back(target("allocations per push+drain", number(&overhead, "allocations_per_push_and_drain"), 0));
+    for (const char* off_thread : {"thread-drop", "queue+worker-unmap"})
+        out.push_back(target(std::string(off_thread) + " frame-thread ms per burst", number(at(off_thread), "frame_ms_per_run"), 0.1));
     if (!cfg.no_probe) {
         out.push_back(target("probe p99.9 queue / unmap-first", number(at("queue"), "probe_p999_us") / number(at("unmap-first"), "probe_p999_us"), 1.0));
         out.push_back(target("probe mmap max queue+worker-unmap / thread-drop",
@@ -526,10 +524,7 @@ void print_results(const std::vector<row>& rows, const row& overhead, const std:
                 "%.3f allocations per push+drain; one steady_clock::now() costs %.1f ns here\n",
                 number(&overhead, "push_ns"), number(&overhead, "step_ns"), number(&overhead, "allocations_per_push_and_drain"),
                 number(&overhead, "clock_read_ns"));
-    std::printf("\ntargets:\n");
-    for (const auto& g : goals)
-        std::printf("  %-50s %10.3f  <= %8.3f  %s\n", format(g[0]).c_str(), number(&g, "value"), number(&g, "limit"),
-                    number(&g, "met") > 0 ? "met" : "MISSED");
+    print_targets(goals);
 }
 
 }  // namespace
