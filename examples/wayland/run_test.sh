@@ -4,8 +4,8 @@
 #   run_test.sh simple-shm|stress|shrink <shm_compositor> [compositor options] -- <client> [args...]
 #
 # Every kind checks that the client connected, that every pool the client created was reclaimed with
-# no teardown error, and that the compositor's descriptors and mappings are back to what they were
-# before the client came. Then:
+# no teardown error, and that the compositor's descriptors and file mappings (pools are memfd
+# mappings) are back to what they were before the client came. Then:
 #   simple-shm  the client (weston-simple-shm, which only exits on a signal) was configured and drew
 #               frames: 10 buffers read means 10 frame callbacks answered; no protocol error
 #   stress      the client exited 0 (no protocol error); the drain figures are printed
@@ -43,7 +43,8 @@ expect "every pool reclaimed ($(field pools_reclaimed) of $(field pools_created)
     test "$(field pools_reclaimed)" -eq "$(field pools_created)"
 expect "no teardown error" test "$(field teardown_errors)" -eq 0
 expect "descriptors back to start ($(field fds_start) -> $(field fds_end))" test "$(field fds_start)" -eq "$(field fds_end)"
-expect "mappings back to start ($(field maps_start) -> $(field maps_end))" test "$(field maps_start)" -eq "$(field maps_end)"
+expect "file mappings back to start ($(field file_maps_start) -> $(field file_maps_end))" \
+    test "$(field file_maps_start)" -eq "$(field file_maps_end)"
 
 case $kind in
 simple-shm)
