@@ -147,6 +147,13 @@ elseif(DU_MODE STREQUAL "meson_subproject")
         --force-fallback-for=deferred_unmap,deferred_unmap_c)
     run(COMMAND ${meson} compile -C ${work}/build)
     run_consumers(${work}/build/consumer_cpp ${work}/build/consumer_c)
+    # The same subproject under a project that declares C alone.
+    file(COPY ${DU_CONSUMERS_DIR}/meson_c/meson.build ${DU_CONSUMERS_DIR}/consumer.c DESTINATION ${work}/c_only)
+    file(COPY ${work}/project/subprojects DESTINATION ${work}/c_only)
+    run(COMMAND ${meson} setup ${work}/c_only_build ${work}/c_only --buildtype=plain --wrap-mode=nodownload
+        --force-fallback-for=deferred_unmap_c)
+    run(COMMAND ${meson} compile -C ${work}/c_only_build)
+    run_consumers(${work}/c_only_build/consumer_c)
 
 elseif(DU_MODE STREQUAL "meson_install")
     # This project's own Meson build: its tests, its install, and the .pc files it writes.
