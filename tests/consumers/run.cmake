@@ -139,6 +139,13 @@ elseif(DU_MODE STREQUAL "meson_subproject")
     # The consumer project with the library in its subprojects/, as `meson subprojects download`
     # would leave it from the .wrap; --force-fallback-for keeps an installed copy out of the way.
     find_program(meson meson REQUIRED)
+    # The .wrap used here is the one the README tells hosts to write.
+    file(READ ${DU_CONSUMERS_DIR}/meson/subprojects/deferred_unmap.wrap wrap)
+    file(READ ${DU_SOURCE_DIR}/README.md readme)
+    string(FIND "${readme}" "${wrap}" at)
+    if(at EQUAL -1)
+        message(FATAL_ERROR "README.md does not show tests/consumers/meson/subprojects/deferred_unmap.wrap as is")
+    endif()
     file(COPY ${DU_CONSUMERS_DIR}/meson/ DESTINATION ${work}/project)
     file(COPY ${DU_CONSUMERS_DIR}/consumer.cpp ${DU_CONSUMERS_DIR}/consumer.c DESTINATION ${work}/project)
     copy_library_tree(${work}/project/subprojects/deferred_unmap)
