@@ -36,7 +36,7 @@ struct cost_model {
 
 private:
     /// Steps smaller than this are dominated by call overhead and say little about the rate.
-    static constexpr std::size_t min_learn_bytes = 64 * 1024;
+    static constexpr std::size_t min_learn_bytes = std::size_t{64} * 1024;
     static constexpr double learn_weight = 0.25;
 
     static std::chrono::nanoseconds scaled(double rate, std::size_t bytes) noexcept {

@@ -120,9 +120,10 @@ public:
     /// Takes the pool: its mapping is unmapped first, its descriptor closed after. O(1) amortised,
     /// no syscall, allocates only when a burst outgrows the ring. Any thread. See max_pending_bytes.
     void push(shm_region_type&& region) noexcept {
-        auto [fd, map] = region.release();
-        const std::size_t length = map ? detail::round_up_to_page(map.size()) : 0;
-        enqueue(static_cast<std::byte*>(map.release().data()), length, fd.release(), length);
+        auto parts = region.release();  // not a structured binding: clang-tidy 14's analyzer misreads it
+        const std::size_t length = parts.second ? detail::round_up_to_page(parts.second.size()) : 0;
+        auto* const addr = static_cast<std::byte*>(parts.second.release().data());
+        enqueue(addr, length, parts.first.release(), length);
     }
 
     /// Takes a mapping whose descriptor is closed or owned elsewhere. Same costs as push(shm_region&&).

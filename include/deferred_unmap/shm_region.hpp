@@ -33,6 +33,8 @@ public:
     /// Owns both. `map` is normally a mapping of `fd`. Cost: none; no syscall.
     basic_shm_region(fd_type fd, mapping_type map) noexcept : map_(std::move(map)), fd_(std::move(fd)) {}
 
+    basic_shm_region(const basic_shm_region&) = delete;
+    basic_shm_region& operator=(const basic_shm_region&) = delete;
     basic_shm_region(basic_shm_region&&) noexcept = default;
     /// Tears down what this held (unmap, then close), then takes `other`'s parts. Self-move is a no-op.
     basic_shm_region& operator=(basic_shm_region&& other) noexcept {
