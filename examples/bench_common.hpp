@@ -16,6 +16,7 @@
 #include <deferred_unmap/deferred_unmap.hpp>
 
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
 #include <time.h>
@@ -176,6 +177,14 @@ inline nanoseconds cpu_clock(clockid_t id) {
     return std::chrono::seconds{ts.tv_sec} + nanoseconds{ts.tv_nsec};
 }
 inline nanoseconds process_cpu() { return cpu_clock(CLOCK_PROCESS_CPUTIME_ID); }
+
+/// Involuntary context switches of the calling thread so far: a change across a timed section means
+/// the scheduler took the CPU away (other load on the machine), so the section timed more than its work.
+inline long involuntary_switches() {
+    rusage usage{};
+    ::getrusage(RUSAGE_THREAD, &usage);
+    return usage.ru_nivcsw;
+}
 
 /// The compositor's own per-frame work (scene walk, damage, submit), as a busy loop.
 inline void spin_for(nanoseconds d) {
@@ -429,6 +438,7 @@ struct frame_config {
 struct frame_record {
     nanoseconds teardown{0};  ///< frame thread's time in release() and frame()
     nanoseconds total{0};     ///< the whole frame: work + teardown
+    bool preempted = false;   ///< the frame thread lost its CPU during the teardown part
 };
 
 struct frame_run {
@@ -449,12 +459,13 @@ inline frame_run run_frames(teardown_engine& engine, std::vector<std::vector<poo
     for (std::size_t f = 0; f < stop_after; ++f) {
         const auto start = steady::now();
         spin_for(config.work);
+        const long switches = involuntary_switches();
         const auto teardown_start = steady::now();
         if (f >= config.first_release && f - config.first_release < dead.size())
             for (auto& p : dead[f - config.first_release]) engine.release(std::move(p));
         engine.frame();
         const auto end = steady::now();
-        run.frames.push_back({end - teardown_start, end - start});
+        run.frames.push_back({end - teardown_start, end - start, involuntary_switches() != switches});
         const bool all_released = f + 1 >= config.first_release + dead.size();
         if (stop_after == config.max_frames && all_released && engine.idle()) {
             run.frames_to_return = f + 1 - config.first_release;

@@ -17,14 +17,15 @@ TEARDOWN_FIELDS = [
     "pool_bytes", "pools", "runs",
     "munmap_p50_us", "munmap_p99_us", "munmap_max_us", "close_p50_us", "close_p99_us", "close_max_us",
     "step_p50_us", "step_p99_us", "step_max_us", "steps_per_pool", "cpu_per_pool_us",
-    "frame_ms_per_run", "frame_p99_ms", "frame_max_ms", "max_frame_close_us", "work_ms_per_run",
+    "frame_ms_per_run", "frame_p99_ms", "frame_max_ms", "frame_calm_p99_ms", "frame_calm_max_ms", "frames_preempted", "max_frame_close_us", "work_ms_per_run",
     "frames_to_return", "frames_bound", "hit_frame_limit",
 ]
 PROBE_FIELDS = [
     "probe_p50_us", "probe_p99_us", "probe_p999_us", "probe_max_us", "probe_mmap_max_us", "probe_samples", "probe_preempted",
 ]
 STUTTER_FIELDS = [
-    "pools", "pool_bytes", "worst_stall_ms", "p99_stall_ms", "p99_frame_ms", "frames_over_interval",
+    "pools", "pool_bytes", "worst_stall_ms", "p99_stall_ms", "calm_worst_stall_ms", "calm_p99_stall_ms",
+    "preempted_frames", "p99_frame_ms", "frames_over_interval",
     "vblanks_missed", "frames_to_return", "frames_bound", "work_ms", "max_frame_close_ms",
 ]
 OVERHEAD_FIELDS = ["push_ns", "clock_read_ns", "step_ns", "steps_per_item", "allocations_per_push_and_drain"]
