@@ -171,7 +171,7 @@ private:
 // ---------------------------------------------------------------------------------------------------
 // Time and CPU
 
-inline nanoseconds cpu_clock(clockid_t id) {
+inline nanoseconds cpu_clock(clockid_t id) noexcept {
     timespec ts{};
     ::clock_gettime(id, &ts);
     return std::chrono::seconds{ts.tv_sec} + nanoseconds{ts.tv_nsec};
@@ -203,7 +203,8 @@ struct call_record {
     bool frame_thread = false;  ///< made by the frame thread (not a worker or dropping thread)
     const void* addr = nullptr;
     std::size_t bytes = 0;
-    nanoseconds took{0};
+    nanoseconds took{0};  ///< wall time: what the caller waited
+    nanoseconds cpu{0};   ///< the calling thread's CPU time: the work, without preemption by other load
 };
 
 /// Process-wide log of calls, filled lock-free by timed_os from any thread. reset() before a run,
@@ -249,15 +250,20 @@ struct timed_os {
         return du::posix_os::map(hint, length, prot, flags, fd, offset, error);
     }
     static int unmap(void* addr, std::size_t length) noexcept {
-        const auto start = steady::now();
-        const int error = du::posix_os::unmap(addr, length);
-        call_log::record({call_record::kind::unmap, call_log::on_frame_thread(), addr, length, steady::now() - start});
-        return error;
+        return timed(call_record::kind::unmap, addr, length, [&] { return du::posix_os::unmap(addr, length); });
     }
     static int close(int fd) noexcept {
+        return timed(call_record::kind::close, nullptr, 0, [&] { return du::posix_os::close(fd); });
+    }
+
+private:
+    static int timed(call_record::kind op, const void* addr, std::size_t length, auto call) noexcept {
+        const auto cpu_start = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
         const auto start = steady::now();
-        const int error = du::posix_os::close(fd);
-        call_log::record({call_record::kind::close, call_log::on_frame_thread(), nullptr, 0, steady::now() - start});
+        const int error = call();
+        const auto took = steady::now() - start;
+        const auto cpu = cpu_clock(CLOCK_THREAD_CPUTIME_ID) - cpu_start;
+        call_log::record({op, call_log::on_frame_thread(), addr, length, took, cpu});
         return error;
     }
 };
@@ -511,6 +517,7 @@ inline double median_of(std::vector<double> values) { return summarize(values).p
 /// Per-call and per-pool syscall times of one run, taken from call_log.
 struct call_times {
     std::vector<double> unmap_steps_us, unmap_per_pool_us, close_us;
+    std::vector<double> unmap_cpu_per_pool_us, close_cpu_us;  // the same, in thread CPU time
     double work_ms = 0;              ///< every munmap and close, on any thread
     double frame_thread_calls_ms = 0;
     double max_frame_close_us = 0;   ///< the largest single close() on the frame thread
@@ -519,23 +526,30 @@ struct call_times {
 /// Groups the logged munmaps by pool (chunks of one pool add up) using each pool's mapped range.
 inline call_times collect_calls(std::span<const std::pair<const void*, std::size_t>> ranges) {
     call_times out;
-    std::vector<double> per_pool(ranges.size(), 0.0);
+    std::vector<double> per_pool(ranges.size(), 0.0), cpu_per_pool(ranges.size(), 0.0);
     for (const auto& r : call_log::records()) {
-        const double us = to_us(r.took);
+        const double us = to_us(r.took), cpu_us = to_us(r.cpu);
         out.work_ms += us / 1e3;
         if (r.frame_thread) out.frame_thread_calls_ms += us / 1e3;
         if (r.op == call_record::kind::close) {
             out.close_us.push_back(us);
+            out.close_cpu_us.push_back(cpu_us);
             if (r.frame_thread) out.max_frame_close_us = std::max(out.max_frame_close_us, us);
             continue;
         }
         out.unmap_steps_us.push_back(us);
         const auto it = std::upper_bound(ranges.begin(), ranges.end(), r.addr,
                                          [](const void* a, const auto& range) { return std::less<>{}(a, range.first); });
-        if (it != ranges.begin()) per_pool[static_cast<std::size_t>(it - ranges.begin()) - 1] += us;
+        if (it == ranges.begin()) continue;
+        const auto pool_index = static_cast<std::size_t>(it - ranges.begin()) - 1;
+        per_pool[pool_index] += us;
+        cpu_per_pool[pool_index] += cpu_us;
     }
-    for (double us : per_pool)
-        if (us > 0) out.unmap_per_pool_us.push_back(us);
+    for (std::size_t i = 0; i < per_pool.size(); ++i) {
+        if (per_pool[i] <= 0) continue;
+        out.unmap_per_pool_us.push_back(per_pool[i]);
+        out.unmap_cpu_per_pool_us.push_back(cpu_per_pool[i]);
+    }
     return out;
 }
 

@@ -16,7 +16,7 @@ STRATEGIES = ["close-first", "unmap-first", "thread-drop", "queue", "queue+worke
 TEARDOWN_FIELDS = [
     "pool_bytes", "pools", "runs",
     "munmap_p50_us", "munmap_p99_us", "munmap_max_us", "close_p50_us", "close_p99_us", "close_max_us",
-    "step_p50_us", "step_p99_us", "step_max_us", "steps_per_pool", "cpu_per_pool_us",
+    "step_p50_us", "step_p99_us", "step_max_us", "munmap_cpu_p50_us", "close_cpu_p50_us", "steps_per_pool", "cpu_per_pool_us",
     "frame_ms_per_run", "frame_p99_ms", "frame_max_ms", "frame_calm_p99_ms", "frame_calm_max_ms", "frames_preempted", "max_frame_close_us", "work_ms_per_run",
     "frames_to_return", "frames_bound", "hit_frame_limit",
 ]

@@ -245,6 +245,7 @@ run_result run_once(strategy s, const scenario& sc, const settings& cfg, content
 
 struct totals {
     std::vector<double> munmap_us, step_us, close_us;        // per pool / per call, all runs
+    std::vector<double> munmap_cpu_us, close_cpu_us;         // the same in thread CPU time
     std::vector<double> cpu_per_pool_us, frame_ms, returned, bound, work_ms;  // per run
     std::vector<double> slices_ms, calm_slices_ms;           // frame-thread teardown per frame; not preempted
     double preempted_frames = 0;
@@ -258,6 +259,8 @@ struct totals {
         munmap_us.insert(munmap_us.end(), c.unmap_per_pool_us.begin(), c.unmap_per_pool_us.end());
         step_us.insert(step_us.end(), c.unmap_steps_us.begin(), c.unmap_steps_us.end());
         close_us.insert(close_us.end(), c.close_us.begin(), c.close_us.end());
+        munmap_cpu_us.insert(munmap_cpu_us.end(), c.unmap_cpu_per_pool_us.begin(), c.unmap_cpu_per_pool_us.end());
+        close_cpu_us.insert(close_cpu_us.end(), c.close_cpu_us.begin(), c.close_cpu_us.end());
         max_frame_close_us = std::max(max_frame_close_us, c.max_frame_close_us);
         cpu_per_pool_us.push_back(r.cpu_ms * 1e3 / static_cast<double>(pools));
         double frame_total = 0;
@@ -303,6 +306,8 @@ row strategy_row(const scenario& sc, strategy s, totals& t, bool with_probe) {
     add_summary(r, "munmap", t.munmap_us);
     add_summary(r, "close", t.close_us);
     add_summary(r, "step", t.step_us);
+    r.push_back({"munmap_cpu_p50_us", median_of(t.munmap_cpu_us), 1});
+    r.push_back({"close_cpu_p50_us", median_of(t.close_cpu_us), 1});
     const double runs = static_cast<double>(t.frame_ms.size());
     r.push_back({"steps_per_pool", static_cast<double>(t.step_us.size()) / (runs * static_cast<double>(sc.pools)), 1});
     r.push_back({"cpu_per_pool_us", median_of(t.cpu_per_pool_us), 0});
@@ -480,6 +485,7 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
     const double budget_ms = to_ms(cfg.budget());
     std::vector<row> out;
     out.push_back(target("munmap p50 unmap-first / close-first", number(at("unmap-first"), "munmap_p50_us") / number(at("close-first"), "munmap_p50_us"), 0.4));
+    out.push_back(target("munmap cpu p50 unmap-first / close-first", number(at("unmap-first"), "munmap_cpu_p50_us") / number(at("close-first"), "munmap_cpu_p50_us"), 0.4));
     out.push_back(target("cpu queue / unmap-first", number(at("queue"), "cpu_per_pool_us") / number(at("unmap-first"), "cpu_per_pool_us"), 1.10));
     out.push_back(target("queue+worker frame p99 ms", number(at("queue+worker"), "frame_p99_ms"), 1.25 * budget_ms));
     out.push_back(target("queue+worker frame max ms", number(at("queue+worker"), "frame_max_ms"), 2 * budget_ms));
@@ -512,12 +518,13 @@ std::vector<row> having(const std::vector<row>& rows, std::string_view field_nam
 }
 
 void print_results(const std::vector<row>& rows, const row& overhead, const std::vector<row>& goals, bool probe) {
-    std::printf("\nteardown (us per pool; munmap summed over a pool's chunks; step = one munmap call):\n");
+    std::printf("\nteardown (us per pool, wall time unless marked cpu; munmap summed over a pool's chunks; step = one munmap call):\n");
     const auto teardown_rows = having(rows, "munmap_p50_us");
     print_table(stdout, teardown_rows, {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"pools", "pools"}, {"strategy", "strategy"},
                                {"munmap_p50_us", "munmap p50"}, {"munmap_p99_us", "p99"}, {"munmap_max_us", "max"},
                                {"close_p50_us", "close p50"}, {"close_p99_us", "p99"}, {"close_max_us", "max"},
                                {"step_p50_us", "step p50"}, {"step_max_us", "max"}, {"steps_per_pool", "steps"},
+                               {"munmap_cpu_p50_us", "munmap cpu p50"}, {"close_cpu_p50_us", "close cpu p50"},
                                {"cpu_per_pool_us", "cpu/pool"}});
     std::printf("\nframe thread (ms; calm: frames in which it was not preempted) and memory back (frames):\n");
     print_table(stdout, teardown_rows, {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"strategy", "strategy"},
