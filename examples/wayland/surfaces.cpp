@@ -173,8 +173,6 @@ void wm_create_positioner(wl_client* client, wl_resource* resource, std::uint32_
 void wm_get_xdg_surface(wl_client* client, wl_resource* resource, std::uint32_t id, wl_resource* surface_resource) {
     surface* s = surface_of(surface_resource);
     if (s->xdg != nullptr) return wl_resource_post_error(resource, XDG_WM_BASE_ERROR_ROLE, "already an xdg_surface");
-    if (s->current.buffer != nullptr)
-        return wl_resource_post_error(resource, XDG_SURFACE_ERROR_UNCONFIGURED_BUFFER, "surface has a buffer already");
     wl_resource* xdg = wl_resource_create(client, &xdg_surface_interface, wl_resource_get_version(resource), id);
     if (xdg == nullptr) return wl_client_post_no_memory(client);
     wl_resource_set_implementation(xdg, &xdg_surface_impl, s, xdg_surface_destroyed);
@@ -199,7 +197,7 @@ void bind_wm(wl_client* client, void*, std::uint32_t version, std::uint32_t id) 
 void surface_attach(wl_client*, wl_resource* resource, wl_resource* buffer, std::int32_t, std::int32_t) {
     surface* s = surface_of(resource);
     if (buffer != nullptr && !is_shm_buffer(buffer))
-        return wl_resource_post_error(resource, WL_SURFACE_ERROR_INVALID_OFFSET, "only wl_shm buffers are supported");
+        return wl_client_post_implementation_error(wl_resource_get_client(resource), "only wl_shm buffers are supported");
     s->pending.set(buffer);
     s->attached = true;
 }
