@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -35,11 +36,28 @@ TEST_CASE("model: every operation of a long random run matches the reference mod
                     static_cast<unsigned long long>(seed), static_cast<unsigned long long>(done), run.failure().c_str());
     }
     CHECK_MESSAGE(passed, "DU_MODEL_SEED=", seed, " operation ", done, ": ", run.failure());
-    const auto& c = run.counts();
+    const auto c = run.counts();
     std::printf("model: seed %llu, %llu operations, %llu queues, %llu items, %llu calls checked, "
                 "%llu munmap faults, %llu close faults, %llu errors reported\n",
                 static_cast<unsigned long long>(seed), static_cast<unsigned long long>(c.operations),
                 static_cast<unsigned long long>(c.queues), static_cast<unsigned long long>(c.items),
                 static_cast<unsigned long long>(c.calls_checked), static_cast<unsigned long long>(c.unmap_faults),
                 static_cast<unsigned long long>(c.close_faults), static_cast<unsigned long long>(c.errors_reported));
+}
+
+// Found by the model test, kept as plain regressions.
+
+TEST_CASE("model: a max_delay of forever means no deadline, not one in the distant past") {
+    du_reliability::dt::reset();
+    du_reliability::scripted_queue q{{.max_delay = std::chrono::nanoseconds::max()}};
+    q.push(du_reliability::dt::make_region(4096));
+    CHECK(q.next_deadline() == du_reliability::dt::manual_clock::time_point::max());
+}
+
+TEST_CASE("model: an unmap_chunk_bytes past the last page multiple unmaps each mapping in one call") {
+    auto& os = du_reliability::dt::reset();
+    du_reliability::scripted_queue q{{.unmap_chunk_bytes = std::numeric_limits<std::size_t>::max()}};
+    q.push(du_reliability::dt::make_region(std::size_t{8} << 20U));
+    q.flush();
+    CHECK(os.count(du_reliability::call_kind::unmap) == 1);
 }

@@ -135,11 +135,15 @@ public:
     /// Destroys the queue (its destructor flushes) and checks everything came back.
     bool finish() {
         if (!failure_.empty()) return false;
-        return end_queue();
+        return !queue_ || end_queue();
     }
 
     [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
-    [[nodiscard]] const run_counts& counts() const noexcept { return counts_; }
+    /// A snapshot: the worker may be counting faults while the queue lives.
+    [[nodiscard]] run_counts counts() {
+        std::lock_guard lock(log_mutex_);
+        return counts_;
+    }
 
 private:
     struct ref_item {
@@ -164,6 +168,7 @@ private:
         {
             std::lock_guard lock(log_mutex_);
             log_.clear();
+            carried_.clear();
         }
         ++counts_.queues;
         du::reclaim_options o;
@@ -399,12 +404,30 @@ private:
         return 0;
     }
 
+    // What the queue did since the last look, after any calls held back from then.
     std::vector<logged> take_log() {
         std::lock_guard lock(log_mutex_);
+        counts_.calls_checked += log_.size();
         std::vector<logged> out;
-        out.swap(log_);
-        counts_.calls_checked += out.size();
+        out.swap(carried_);
+        out.insert(out.end(), log_.begin(), log_.end());
+        log_.clear();
         return out;
+    }
+
+    // A failed chunk whose fallback call (made right after, by the same thread) is not logged yet.
+    [[nodiscard]] bool fallback_pending(const std::vector<logged>& log, std::size_t at) const {
+        const logged& l = log[at];
+        if (l.call.op != call_kind::unmap || l.call.result == 0) return false;
+        // The item it belongs to: the oldest, past any whose close went to the worker.
+        auto item = items_.begin();
+        while (item != items_.end() && options_.close_on_worker && !unmapping(*item)) ++item;
+        if (item == items_.end() || !unmapping(*item)) return false;
+        const ref_item& it = *item;
+        if (it.length - it.unmapped <= next_chunk(it)) return false;
+        for (std::size_t i = at + 1; i < log.size(); ++i)
+            if (log[i].call.thread == l.call.thread) return false;
+        return true;
     }
 
     // ---- the reference ----
@@ -508,7 +531,8 @@ private:
                     ++expected_.fallback_unmaps;
                     const logged* f = next_from(log, pos, l.call.thread);
                     if (f == nullptr || f->call.op != call_kind::unmap || f->call.addr != at || f->call.length != rest)
-                        return fail("a failed chunk was not followed by one munmap of the whole rest");
+                        return fail("a failed chunk (" + describe(l.call) + ") was not followed by one munmap of the whole rest" +
+                                    (f == nullptr ? std::string(" but by nothing") : " but by " + describe(f->call)) + mode());
                     r.took += f->cost;
                     recovered = f->call.result == 0;
                     if (!recovered) {
@@ -565,6 +589,10 @@ private:
     // each must still be the one call allowed next.
     bool consume_lenient(const std::vector<logged>& log, site where) {
         for (std::size_t pos = 0; pos < log.size();) {
+            if (where != site::flush && fallback_pending(log, pos)) {
+                carried_.assign(log.begin() + static_cast<std::ptrdiff_t>(pos), log.end());  // seen next time
+                return true;
+            }
             const logged& l = log[pos++];
             if (l.call.op == call_kind::close && !handed_.empty() && handed_.front() == l.call.fd) {
                 if (!worker_close(l)) return false;
@@ -692,6 +720,7 @@ private:
 
     std::mutex log_mutex_;
     std::vector<logged> log_;
+    std::vector<logged> carried_;  // a worker's step split across two looks at the log
     std::uint64_t unmap_rate_ = 0;  // out of 256
     std::uint64_t close_rate_ = 0;
     double unmap_ns_per_byte_ = 0;
