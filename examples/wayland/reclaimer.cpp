@@ -142,7 +142,9 @@ reclaim_summary reclaimer::summary() const noexcept {
     result.bytes_reclaimed = stats.bytes_unmapped;
     result.teardown_errors = stats.unmap_errors + stats.close_errors;
     result.max_pending_bytes = stats.peak_pending_bytes;
+    result.steps = stats.step_durations;
     result.worker_step_max = stats.worker_step_durations.max();
+    result.model = queue_->model();
     return result;
 }
 

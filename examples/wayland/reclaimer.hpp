@@ -33,7 +33,11 @@ struct reclaim_summary {
     /// Per frame (or idle wakeup) that had teardown to do: time the compositor thread spent on it. For
     /// the immediate modes, the teardowns made inline by request handlers since the previous frame.
     deferred_unmap::duration_histogram drains;
+    /// Each munmap/close made on the compositor thread by the queue (queue modes): a drain overshoots its
+    /// budget by at most one of these, plus whatever preempts the thread.
+    deferred_unmap::duration_histogram steps;
     std::chrono::nanoseconds worker_step_max{0};
+    deferred_unmap::cost_model model{};  ///< as the queue learned it (queue modes)
 };
 
 class reclaimer {
