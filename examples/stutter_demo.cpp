@@ -178,6 +178,8 @@ std::vector<row> targets(const std::vector<row>& rows, const settings& cfg) {
     out.push_back(target("queue+worker worst stall ms, not preempted", number(at("queue+worker"), "calm_worst_stall_ms"), 2 * budget_ms));
     out.push_back(target("queue+worker worst / close-first worst", number(at("queue+worker"), "worst_stall_ms") /
                                                                       number(at("close-first"), "worst_stall_ms"), 1.0 / 50));
+    out.push_back(target("same, not preempted", number(at("queue+worker"), "calm_worst_stall_ms") /
+                                                    number(at("close-first"), "worst_stall_ms"), 1.0 / 50));
     const double largest_step = std::max(budget_ms, number(at("queue"), "max_frame_close_ms"));
     out.push_back(target("queue worst stall ms", number(at("queue"), "worst_stall_ms"), 1.25 * largest_step));
     out.push_back(target("queue worst stall ms, not preempted", number(at("queue"), "calm_worst_stall_ms"), 1.25 * largest_step));

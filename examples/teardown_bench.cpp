@@ -418,27 +418,36 @@ struct null_os {
     static int close(int) noexcept { return 0; }
 };
 
-/// What one steady_clock::now() costs here: push reads the clock once, each drain step once.
+/// What one steady_clock::now() costs here (median of batches): push reads the clock once, each
+/// drain step once.
 double clock_read_ns() {
-    constexpr int reads = 1 << 20;
+    constexpr int batches = 64, reads = 1 << 14;
+    std::vector<double> per_read;
     std::int64_t sink = 0;
-    const auto start = steady::now();
-    for (int i = 0; i < reads; ++i) sink += steady::now().time_since_epoch().count() & 1;
-    const auto took = steady::now() - start;
+    for (int b = 0; b < batches; ++b) {
+        const auto start = steady::now();
+        for (int i = 0; i < reads; ++i) sink += steady::now().time_since_epoch().count() & 1;
+        per_read.push_back(static_cast<double>((steady::now() - start).count()) / reads);
+    }
     static std::atomic<std::int64_t> keep{0};
     keep.store(sink, std::memory_order_relaxed);  // the reads must happen
-    return static_cast<double>(took.count()) / reads;
+    return median_of(per_read);
 }
 
+/// Push and drain of `items` fake pools per round; the median round is kept, so a round in which the
+/// thread was preempted by other load does not count.
 row measure_overhead() {
     using region = du::basic_shm_region<null_os>;
     constexpr std::size_t items = 256, rounds = 400, item_bytes = std::size_t{4} << 20;
     du::basic_reclaim_queue<steady, null_os> queue{{.initial_capacity = items}};
     std::vector<region> regions;
     regions.reserve(items);
+    std::vector<double> push_ns, step_ns, steps_per_item;
+    push_ns.reserve(rounds);
+    step_ns.reserve(rounds);
+    steps_per_item.reserve(rounds);
     auto* const base = reinterpret_cast<std::byte*>(std::uintptr_t{1} << 44);
-    nanoseconds push_time{0}, drain_time{0};
-    std::uint64_t steps = 0, allocations = 0;
+    std::uint64_t allocations = 0;
     for (std::size_t round = 0; round <= rounds; ++round) {  // round 0 warms up
         regions.clear();
         for (std::size_t i = 0; i < items; ++i) {
@@ -452,18 +461,18 @@ row measure_overhead() {
         const auto t1 = steady::now();
         const auto report = queue.drain(std::chrono::seconds{10});
         const auto t2 = steady::now();
+        const auto allocs_after = g_allocations.load(std::memory_order_relaxed);
         if (round == 0) continue;
-        allocations += g_allocations.load(std::memory_order_relaxed) - allocs_before;
-        push_time += t1 - t0;
-        drain_time += t2 - t1;
-        steps += report.steps;
+        allocations += allocs_after - allocs_before;
+        push_ns.push_back(static_cast<double>((t1 - t0).count()) / items);
+        step_ns.push_back(static_cast<double>((t2 - t1).count()) / static_cast<double>(report.steps));
+        steps_per_item.push_back(static_cast<double>(report.steps) / items);
     }
-    const double pushes = static_cast<double>(items * rounds);
-    return {{"push_ns", static_cast<double>(push_time.count()) / pushes, 1},
+    return {{"push_ns", median_of(push_ns), 1},
             {"clock_read_ns", clock_read_ns(), 1},
-            {"step_ns", static_cast<double>(drain_time.count()) / static_cast<double>(steps), 1},
-            {"steps_per_item", static_cast<double>(steps) / pushes, 1},
-            {"allocations_per_push_and_drain", static_cast<double>(allocations) / pushes, 3}};
+            {"step_ns", median_of(step_ns), 1},
+            {"steps_per_item", median_of(steps_per_item), 1},
+            {"allocations_per_push_and_drain", static_cast<double>(allocations) / (items * rounds), 3}};
 }
 
 // ---- targets --------------------------------------------------------------------------------------
