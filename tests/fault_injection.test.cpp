@@ -183,7 +183,8 @@ run_result run(site where, const fault& f, bool throwing_on_error) {
     return result;
 }
 
-// Each pushed descriptor closed exactly once, after every munmap of its region's range.
+// Each pushed descriptor closed (once: a second close would show in misuse()), and no munmap of its
+// region's range after that close.
 void check_order(const run_result& r) {
     const workload& w = r.pushed;
     for (const int fd : w.fds) {

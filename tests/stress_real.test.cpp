@@ -223,6 +223,10 @@ TEST_CASE("stress: at the vm.max_map_count limit a chunk's split fails with ENOM
     }
     const std::size_t limit = max_map_count();
     REQUIRE(limit > 0);
+    if (limit > (std::size_t{1} << 20U)) {
+        MESSAGE("skipped: vm.max_map_count ", limit, " is too high to reach in a test (65530 is the kernel default)");
+        return;
+    }
     constexpr std::size_t pools = 16;
     constexpr std::size_t pool_bytes = std::size_t{6} << 20U;  // three 2 MiB chunks per half
     const auto fds = open_fds();
