@@ -15,7 +15,6 @@
 
 #include <deferred_unmap/deferred_unmap.hpp>
 
-#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
@@ -490,8 +489,7 @@ inline frame_run run_frames(teardown_engine& engine, std::vector<std::vector<poo
 // Statistics
 
 struct summary {
-    double p50 = 0, p99 = 0, p999 = 0, max = 0, total = 0;
-    std::size_t count = 0;
+    double p50 = 0, p99 = 0, p999 = 0, max = 0;
 };
 
 /// Nearest-rank quantiles. Sorts `values`.
@@ -507,8 +505,6 @@ inline summary summarize(std::vector<double>& values) {
     s.p99 = at(0.99);
     s.p999 = at(0.999);
     s.max = values.back();
-    for (double v : values) s.total += v;
-    s.count = values.size();
     return s;
 }
 
@@ -519,7 +515,6 @@ struct call_times {
     std::vector<double> unmap_steps_us, unmap_per_pool_us, close_us;
     std::vector<double> unmap_cpu_per_pool_us, close_cpu_us;  // the same, in thread CPU time
     double work_ms = 0;              ///< every munmap and close, on any thread
-    double frame_thread_calls_ms = 0;
     double max_frame_close_us = 0;   ///< the largest single close() on the frame thread
 };
 
@@ -530,7 +525,6 @@ inline call_times collect_calls(std::span<const std::pair<const void*, std::size
     for (const auto& r : call_log::records()) {
         const double us = to_us(r.took), cpu_us = to_us(r.cpu);
         out.work_ms += us / 1e3;
-        if (r.frame_thread) out.frame_thread_calls_ms += us / 1e3;
         if (r.op == call_record::kind::close) {
             out.close_us.push_back(us);
             out.close_cpu_us.push_back(cpu_us);
