@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <memory>
 #include <new>
 #include <type_traits>
@@ -20,6 +21,8 @@ public:
     /// Room for at least `count` items. Cost: one allocation when it grows. Returns false on failure.
     bool reserve(std::size_t count) noexcept {
         if (count <= capacity_) return true;
+        // Doubling towards a larger count would wrap to zero and never end.
+        if (count > std::numeric_limits<std::size_t>::max() / 2 / sizeof(T)) return false;
         std::size_t grown = capacity_ == 0 ? 16 : capacity_;
         while (grown < count) grown *= 2;
         std::unique_ptr<T[]> fresh(new (std::nothrow) T[grown]);
