@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <new>
 #include <string>
@@ -394,6 +395,12 @@ TEST_CASE("faults: when the worker's ring cannot grow, drain closes on its own t
     }
     for (const int fd : fds) CHECK_FALSE(os.is_open(fd));
     CHECK(os.misuse() == 0);
+}
+
+TEST_CASE("faults: a queue asked to reserve more items than can exist throws bad_alloc instead of hanging") {
+    dt::reset();
+    const auto make = [] { scripted_queue q{{.initial_capacity = std::numeric_limits<std::size_t>::max()}}; };
+    CHECK_THROWS_AS(make(), std::bad_alloc);
 }
 
 TEST_CASE("faults: summary") {
