@@ -40,7 +40,11 @@ private:
     static constexpr double learn_weight = 0.25;
 
     static std::chrono::nanoseconds scaled(double rate, std::size_t bytes) noexcept {
-        return std::chrono::nanoseconds{static_cast<std::chrono::nanoseconds::rep>(rate * static_cast<double>(bytes))};
+        // Capped at a day: a bogus size hint must not overflow the conversion or drain's sums, and a
+        // step predicted to take a day fits no budget anyway.
+        constexpr double day_ns = 86'400e9;
+        const double ns = std::min(rate * static_cast<double>(bytes), day_ns);
+        return std::chrono::nanoseconds{static_cast<std::chrono::nanoseconds::rep>(ns)};
     }
 
     void learn(double& rate, std::size_t bytes, std::chrono::nanoseconds took) const noexcept {
