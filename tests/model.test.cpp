@@ -61,3 +61,15 @@ TEST_CASE("model: an unmap_chunk_bytes past the last page multiple unmaps each m
     q.flush();
     CHECK(os.count(du_reliability::call_kind::unmap) == 1);
 }
+
+TEST_CASE("model: a bogus size hint is predicted to take too long, not a negative time") {
+    du_reliability::dt::reset();
+    deferred_unmap::cost_model prior;
+    prior.close_ns_per_byte = 1.0;
+    du_reliability::scripted_queue q{{.prior = prior}};
+    q.push(du_reliability::dt::scripted_fd{du_reliability::dt::script().open_fd(4096)}, 4096);
+    q.push(du_reliability::dt::scripted_fd{du_reliability::dt::script().open_fd(4096)}, std::numeric_limits<std::size_t>::max());
+    const auto report = q.drain(std::chrono::milliseconds{1});
+    CHECK(report.steps == 1);  // the second close is predicted at the one-day cap: it waits
+    CHECK(report.pending_items == 1);
+}

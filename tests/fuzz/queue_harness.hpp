@@ -269,7 +269,8 @@ private:
     bool push_fd() {
         const std::size_t bytes = region_bytes();
         dt::scripted_fd fd{dt::script().open_fd(bytes)};
-        const std::size_t hint = source_.below(2) == 0 ? bytes : 0;
+        const auto pick = source_.below(8);
+        const std::size_t hint = pick == 0 ? std::numeric_limits<std::size_t>::max() : pick < 4 ? 0 : bytes;  // max: a bogus hint
         ref_item it{nullptr, 0, 0, fd.get(), hint, dt::manual_clock::now()};
         return push_and_check(it, [&] { queue_->push(std::move(fd), hint); });
     }
