@@ -2,6 +2,7 @@
 
 #include "test_support.hpp"
 
+#include <atomic>
 #include <thread>
 
 using namespace du_test;
@@ -88,6 +89,25 @@ TEST_CASE("queue: with unmap_on_worker, the worker reclaims everything once drai
     for (const auto& c : dt::script().calls())
         if (c.op != call_kind::map) CHECK(c.thread != me);
     CHECK(q.stats().worker_steps == 6 * 4);
+}
+
+TEST_CASE("queue: with unmap_on_worker, a drain moves next_deadline to max_delay after it") {
+    dt::reset();
+    std::atomic<bool> hold{true};
+    dt::script().fail = [&hold](const dt::os_call& c) {
+        while (c.op == call_kind::unmap && hold.load()) std::this_thread::sleep_for(50us);  // the worker waits in its first munmap
+        return 0;
+    };
+    scripted_queue q{{.max_delay = 50ms, .unmap_on_worker = true, .worker_pause = 0ns}};
+    q.push(dt::make_region(8 * mib));
+    dt::manual_clock::advance(80ms);  // overdue: no frame came
+    const auto drained_at = dt::manual_clock::now();
+    REQUIRE(q.next_deadline() < drained_at);
+    q.drain(1ms);
+    CHECK(q.next_deadline() == drained_at + 50ms);  // else an idle timer armed from it fires at once, forever
+    hold = false;
+    q.flush();
+    CHECK(q.next_deadline() == dt::manual_clock::time_point::max());
 }
 
 TEST_CASE("queue: pushes from many threads while one thread drains lose nothing") {

@@ -143,6 +143,7 @@ public:
         drain_report report;
         if (budget <= std::chrono::nanoseconds::zero()) return finish(report);
         if (options_.unmap_on_worker) {
+            note_drain(Clock::now());  // the handover counts as a drain: next_deadline() moves on
             wake_worker_for_unmaps();
             return finish(report);
         }
