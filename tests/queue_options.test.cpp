@@ -44,6 +44,19 @@ TEST_CASE("queue: next_deadline is max when empty, then max_delay after the olde
     CHECK(q.next_deadline() == pushed_at + 50ms);
 }
 
+TEST_CASE("queue: next_deadline starts again from the first push after the queue emptied") {
+    dt::reset();
+    scripted_queue q{{.max_delay = 50ms}};
+    q.push(dt::make_region(8 * mib));
+    q.flush();
+    dt::manual_clock::advance(200ms);
+    const auto pushed_at = dt::manual_clock::now();
+    q.push(dt::make_region(8 * mib));
+    dt::manual_clock::advance(10ms);
+    q.push(dt::make_region(8 * mib));
+    CHECK(q.next_deadline() == pushed_at + 50ms);
+}
+
 TEST_CASE("queue: a drain moves next_deadline to max_delay after it") {
     dt::reset().unmap_ns_per_byte = 0.05;
     scripted_queue q{{.max_delay = 50ms}};

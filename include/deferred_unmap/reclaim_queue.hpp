@@ -184,13 +184,13 @@ public:
     [[nodiscard]] bool empty() const noexcept { return pending_items() == 0; }
 
     /// The latest time the host should call drain() even if no frame is committed: max_delay after the
-    /// later of the oldest waiting item's push and the last drain. time_point::max() when nothing waits
-    /// for a drain. Any thread; takes a short lock.
+    /// later of the last drain and the push that found nothing waiting (so never later than max_delay
+    /// after the oldest waiting push). time_point::max() when nothing waits for a drain. Any thread;
+    /// takes a short lock.
     [[nodiscard]] time_point next_deadline() const noexcept {
         std::lock_guard lock(mutex_);
         if (!in_flight_ && pending_.empty()) return time_point::max();
-        const time_point oldest = in_flight_ ? current_.enqueued : pending_.front().enqueued;
-        const time_point from = std::max(oldest, last_drain_);
+        const time_point from = std::max(waiting_since_, last_drain_);
         const auto delay = std::chrono::duration_cast<typename Clock::duration>(options_.max_delay);
         // Saturates: a max_delay too long to add means no deadline, not one in the distant past.
         if (from.time_since_epoch().count() > 0 && delay > time_point::max() - from) return time_point::max();
@@ -221,7 +221,6 @@ private:
         std::size_t unmapped;     // bytes of [addr, addr + length) already unmapped
         int fd;                   // -1 for a bare mapping
         std::size_t close_bytes;  // what the close is predicted to free
-        time_point enqueued;
     };
     struct close_job {
         int fd;
@@ -257,12 +256,15 @@ private:
 
     void enqueue(std::byte* addr, std::size_t length, int fd, std::size_t close_bytes) noexcept {
         if (addr == nullptr && fd < 0) return;
-        const item it{addr, length, 0, fd, close_bytes, Clock::now()};
+        const item it{addr, length, 0, fd, close_bytes};
         bool queued = false;
         {
             std::lock_guard lock(mutex_);
+            const bool was_idle = pending_.empty() && !in_flight_;
             queued = pending_.push_back(it);
             if (queued) {
+                // Only the push that starts a wait reads the clock: next_deadline() needs no more.
+                if (was_idle) waiting_since_ = Clock::now();
                 ++push_stats_.items_pushed;
                 push_stats_.bytes_pushed += length;
                 const std::size_t bytes = pending_bytes_.fetch_add(length, std::memory_order_relaxed) + length;
@@ -503,6 +505,7 @@ private:
     detail::ring<item> pending_;
     bool in_flight_ = false;  // current_ holds an item (written under both locks)
     time_point last_drain_{};
+    time_point waiting_since_{};  // when the push into an idle queue came
     reclaim_stats push_stats_;
 
     // Held by whoever runs steps: drain, flush, cap enforcement, the worker in unmap_on_worker mode.

@@ -152,7 +152,6 @@ private:
         std::size_t unmapped;
         int fd;
         std::size_t close_bytes;
-        dt::manual_clock::time_point enqueued;
     };
     struct logged {
         dt::os_call call;
@@ -221,6 +220,7 @@ private:
         items_.clear();
         handed_.clear();
         last_drain_ = {};
+        waiting_since_ = {};
         leaked_ = 0;
         errors_reported_ = errors_recovered_ = 0;
         expected_recovered_ = 0;
@@ -254,7 +254,7 @@ private:
     bool push_region() {
         const std::size_t bytes = region_bytes();
         auto region = dt::make_region(bytes);
-        ref_item it{static_cast<std::byte*>(region.data()), du::detail::round_up_to_page(bytes), 0, region.fd(), 0, dt::manual_clock::now()};
+        ref_item it{static_cast<std::byte*>(region.data()), du::detail::round_up_to_page(bytes), 0, region.fd(), 0};
         it.close_bytes = it.length;
         return push_and_check(it, [&] { queue_->push(std::move(region)); });
     }
@@ -262,7 +262,7 @@ private:
     bool push_mapping() {
         const std::size_t bytes = region_bytes();
         auto map = dt::scripted_mapping::adopt(dt::script().map_range(bytes), bytes);
-        ref_item it{static_cast<std::byte*>(map.data()), du::detail::round_up_to_page(bytes), 0, -1, 0, dt::manual_clock::now()};
+        ref_item it{static_cast<std::byte*>(map.data()), du::detail::round_up_to_page(bytes), 0, -1, 0};
         return push_and_check(it, [&] { queue_->push(std::move(map)); });
     }
 
@@ -271,7 +271,7 @@ private:
         dt::scripted_fd fd{dt::script().open_fd(bytes)};
         const auto pick = source_.below(8);
         const std::size_t hint = pick == 0 ? std::numeric_limits<std::size_t>::max() : pick < 4 ? 0 : bytes;  // max: a bogus hint
-        ref_item it{nullptr, 0, 0, fd.get(), hint, dt::manual_clock::now()};
+        ref_item it{nullptr, 0, 0, fd.get(), hint};
         return push_and_check(it, [&] { queue_->push(std::move(fd), hint); });
     }
 
@@ -283,7 +283,7 @@ private:
         case 2: queue_->push(dt::scripted_fd{}); return check("push(empty fd)");
         default: {
             dt::scripted_region region{dt::scripted_fd{dt::script().open_fd(4096)}, dt::scripted_mapping{}};
-            ref_item it{nullptr, 0, 0, region.fd(), 0, dt::manual_clock::now()};
+            ref_item it{nullptr, 0, 0, region.fd(), 0};
             return push_and_check(it, [&] { queue_->push(std::move(region)); });
         }
         }
@@ -293,6 +293,8 @@ private:
     bool push_and_check(const ref_item& it, Push&& push) {
         ++counts_.items;
         const std::size_t before = pending_bytes_ref();
+        const auto pushed_at = dt::manual_clock::now();  // a push over the cap moves the clock
+        if (items_.empty()) waiting_since_ = pushed_at;
         push();
         items_.push_back(it);
         ++expected_.items_pushed;
@@ -663,7 +665,7 @@ private:
     [[nodiscard]] dt::manual_clock::time_point expected_deadline() const noexcept {
         using tp = dt::manual_clock::time_point;
         if (items_.empty()) return tp::max();
-        const tp from = std::max(items_.front().enqueued, last_drain_);
+        const tp from = std::max(waiting_since_, last_drain_);
         // Saturates: a max_delay of "forever" means no deadline, not an overflow.
         if (options_.max_delay > tp::max() - from) return tp::max();
         return from + options_.max_delay;
@@ -715,6 +717,7 @@ private:
     std::deque<ref_item> items_;
     std::deque<int> handed_;  // descriptors handed to the worker, not yet closed
     dt::manual_clock::time_point last_drain_{};
+    dt::manual_clock::time_point waiting_since_{};  // when a push found nothing waiting for a drain
     std::size_t leaked_ = 0;
     std::uint64_t expected_recovered_ = 0;
     std::size_t last_worker_advance_ = 0;
