@@ -15,7 +15,8 @@
 // Threads: push, pending_bytes, pending_items, empty, next_deadline and stats may be called from any
 // thread. drain and flush may be called from any thread but one at a time; a push that exceeds
 // max_pending_bytes waits for a running drain step, then reclaims on the pushing thread. on_error runs
-// on whichever thread made the failing call and must not call back into the queue.
+// on whichever thread made the failing call (drainer, pusher or worker), possibly on two at once: it
+// must be thread-safe and must not call back into the queue.
 #pragma once
 
 #include <algorithm>
@@ -58,7 +59,8 @@ struct reclaim_options {
     cost_model prior{};
     /// Items reserved up front, so pushes allocate nothing until a burst exceeds it.
     std::size_t initial_capacity = 64;
-    /// Called for each failed munmap/close. Must not throw into the queue or call back into it.
+    /// Called for each failed munmap/close, on the thread that made the call (possibly two at once).
+    /// Must be thread-safe; must not throw into the queue or call back into it.
     std::function<void(const reclaim_error&)> on_error{};
 };
 
