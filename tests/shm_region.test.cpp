@@ -96,6 +96,15 @@ TEST_CASE("shm_region: release hands both parts back untouched") {
     CHECK(dt::script().calls().size() == 1);  // the map only
 }
 
+TEST_CASE("shm_region: released parts dropped together still unmap before they close") {
+    dt::reset();
+    auto region = dt::make_region(mib);
+    const int fd = region.fd();
+    const void* addr = region.data();
+    { [[maybe_unused]] auto parts = region.release(); }
+    CHECK(unmapped_before_closed(addr, fd));
+}
+
 TEST_CASE("shm_region: a real pool leaves no descriptor or mapping behind") {
     const auto fds = open_fds();
     const auto before = maps();

@@ -123,9 +123,9 @@ public:
     /// no syscall, allocates only when a burst outgrows the ring. Any thread. See max_pending_bytes.
     void push(shm_region_type&& region) noexcept {
         auto parts = region.release();  // not a structured binding: clang-tidy 14's analyzer misreads it
-        const std::size_t length = parts.second ? detail::round_up_to_page(parts.second.size()) : 0;
-        auto* const addr = static_cast<std::byte*>(parts.second.release().data());
-        enqueue(addr, length, parts.first.release(), length);
+        const std::size_t length = parts.map ? detail::round_up_to_page(parts.map.size()) : 0;
+        auto* const addr = static_cast<std::byte*>(parts.map.release().data());
+        enqueue(addr, length, parts.fd.release(), length);
     }
 
     /// Takes a mapping whose descriptor is closed or owned elsewhere. Same costs as push(shm_region&&).

@@ -74,10 +74,14 @@ public:
     }
 #endif
 
-    /// Gives up both parts, still open and mapped. Cost: none.
-    [[nodiscard]] std::pair<fd_type, mapping_type> release() noexcept {
-        return {std::move(fd_), std::move(map_)};
-    }
+    /// What release() hands back. Members are destroyed mapping first, so dropping it unmaps, then closes.
+    struct parts {
+        fd_type fd;
+        mapping_type map;
+    };
+
+    /// Gives up both parts, still open and mapped (`auto [fd, map] = region.release();`). Cost: none.
+    [[nodiscard]] parts release() noexcept { return {std::move(fd_), std::move(map_)}; }
 
     /// Unmaps, then closes, now. Errors ignored, errno preserved. May block (munmap and close).
     void reset() noexcept {
