@@ -2,6 +2,7 @@
 
 #include "test_support.hpp"
 
+#include <cstdint>
 #include <stdexcept>
 #include <type_traits>
 
@@ -18,11 +19,13 @@ void* page_aligned_fake() { return dt::script().map_range(4 * mib); }
 
 }  // namespace
 
-TEST_CASE("mapping: adopt refuses null, MAP_FAILED, unaligned addresses and zero length") {
+TEST_CASE("mapping: adopt refuses null, MAP_FAILED, unaligned addresses, zero length and wrapping ranges") {
     dt::reset();
     void* good = page_aligned_fake();
     auto* unaligned = static_cast<char*>(good) + 1;
-    for (auto [addr, length] : {std::pair<void*, std::size_t>{nullptr, 4096}, {MAP_FAILED, 4096}, {unaligned, 4096}, {good, 0}}) {
+    const std::size_t too_long = SIZE_MAX - reinterpret_cast<std::uintptr_t>(good) + 2;  // one byte past the top
+    for (auto [addr, length] : {std::pair<void*, std::size_t>{nullptr, 4096}, {MAP_FAILED, 4096}, {unaligned, 4096}, {good, 0},
+                                {good, SIZE_MAX}, {good, too_long}}) {
         CHECK_THROWS_AS(static_cast<void>(dt::scripted_mapping::adopt(addr, length)), std::invalid_argument);
         std::error_code ec;
         auto m = dt::scripted_mapping::adopt(addr, length, ec);
@@ -30,6 +33,15 @@ TEST_CASE("mapping: adopt refuses null, MAP_FAILED, unaligned addresses and zero
         CHECK_FALSE(m);
     }
     CHECK(dt::script().count(call_kind::unmap) == 0);
+}
+
+TEST_CASE("mapping: adopt accepts a range that ends exactly at the top of the address space") {
+    void* top_page = reinterpret_cast<void*>(UINTPTR_MAX - du::detail::page_size() + 1);
+    std::error_code ec;
+    auto m = dt::scripted_mapping::adopt(top_page, du::detail::page_size(), ec);
+    CHECK_FALSE(ec);
+    CHECK(m.size() == du::detail::page_size());
+    static_cast<void>(m.release());  // never mapped: nothing to unmap
 }
 
 TEST_CASE("mapping: the exception says what was wrong") {

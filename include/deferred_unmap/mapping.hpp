@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <span>
 #include <system_error>
 #include <utility>
@@ -135,6 +137,9 @@ private:
         if (addr == MAP_FAILED) return "deferred_unmap::mapping::adopt: MAP_FAILED address";
         if (!detail::is_page_aligned(addr)) return "deferred_unmap::mapping::adopt: address not page-aligned";
         if (length == 0) return "deferred_unmap::mapping::adopt: zero length";
+        // Such a range cannot exist, and its page-rounded length would wrap to zero.
+        if (length - 1 > std::numeric_limits<std::uintptr_t>::max() - reinterpret_cast<std::uintptr_t>(addr))
+            return "deferred_unmap::mapping::adopt: range wraps past the end of the address space";
         return nullptr;
     }
 

@@ -266,6 +266,7 @@ static void test_bad_arguments_get_einval_and_the_caller_keeps_everything(void) 
     CHECK(du_queue_push_region(q, p.fd, MAP_FAILED, p.length) == -EINVAL);
     CHECK(du_queue_push_region(q, p.fd, unaligned, p.length) == -EINVAL);
     CHECK(du_queue_push_region(q, p.fd, p.addr, 0) == -EINVAL);
+    CHECK(du_queue_push_region(q, p.fd, p.addr, SIZE_MAX) == -EINVAL); /* wraps past the address space */
     expect_still_owned(&p, q);
 
     CHECK(du_queue_push_mapping(NULL, p.addr, p.length) == -EINVAL);
@@ -273,6 +274,7 @@ static void test_bad_arguments_get_einval_and_the_caller_keeps_everything(void) 
     CHECK(du_queue_push_mapping(q, MAP_FAILED, p.length) == -EINVAL);
     CHECK(du_queue_push_mapping(q, unaligned, p.length) == -EINVAL);
     CHECK(du_queue_push_mapping(q, p.addr, 0) == -EINVAL);
+    CHECK(du_queue_push_mapping(q, p.addr, SIZE_MAX) == -EINVAL);
     expect_still_owned(&p, q);
 
     CHECK(du_queue_push_fd(NULL, p.fd) == -EINVAL);
