@@ -57,6 +57,18 @@ TEST_CASE("queue: next_deadline starts again from the first push after the queue
     CHECK(q.next_deadline() == pushed_at + 50ms);
 }
 
+TEST_CASE("queue: a negative max_delay counts as zero, so the deadline never falls before the last drain") {
+    dt::reset().unmap_ns_per_byte = 0.05;
+    scripted_queue q{{.max_delay = -5ms}};
+    CHECK(q.options().max_delay == 0ns);
+    q.push(dt::make_region(20 * mib));
+    dt::manual_clock::advance(10ms);
+    const auto drained_at = dt::manual_clock::now();
+    q.drain(1ms);
+    REQUIRE_FALSE(q.empty());
+    CHECK(q.next_deadline() == drained_at);
+}
+
 TEST_CASE("queue: a drain moves next_deadline to max_delay after it") {
     dt::reset().unmap_ns_per_byte = 0.05;
     scripted_queue q{{.max_delay = 50ms}};

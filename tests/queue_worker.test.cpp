@@ -59,6 +59,20 @@ TEST_CASE("queue: with close_on_worker, a close is handed off only after its poo
     CHECK(unmaps_before_close == 3);
 }
 
+TEST_CASE("queue: with close_on_worker, a drain whose budget is spent hands off no further descriptors") {
+    dt::reset().unmap_ns_per_byte = 1.0;  // the region's one 2 MiB munmap: ~2.1 ms, over the budget
+    scripted_queue q{{.close_on_worker = true}};
+    q.push(dt::make_region(2 * mib));
+    for (int i = 0; i < 5; ++i) q.push(dt::scripted_fd{dt::script().open_fd()});
+    const auto report = q.drain(1ms);
+    CHECK(report.steps == 1);
+    CHECK(report.fds_handed_off == 1);  // the region's own close; the bare fds wait for the next drain
+    CHECK(q.drain(1ms).fds_handed_off == 5);
+    q.flush();
+    CHECK(dt::script().open_fds() == 0);
+    CHECK(dt::script().misuse() == 0);
+}
+
 TEST_CASE("queue: with unmap_on_worker, the draining thread makes no teardown call") {
     dt::reset();
     {

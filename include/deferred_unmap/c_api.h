@@ -69,7 +69,8 @@ int du_queue_push_mapping(du_queue *q, void *addr, size_t length) DU_NOEXCEPT;
 int du_queue_push_fd(du_queue *q, int fd) DU_NOEXCEPT;
 
 /* Runs steps while each predicted step fits what is left of `budget_ns` (the first always runs); never
- * allocates, blocks about budget_ns plus one step; with unmap_on_worker only wakes the worker.
+ * allocates (except to hand a close to a full worker ring with close_on_worker), blocks about budget_ns
+ * plus one step; with unmap_on_worker only wakes the worker.
  * budget_ns <= 0: does nothing but report the counts; NULL q: an all-zero report. */
 du_drain_report du_queue_drain(du_queue *q, int64_t budget_ns) DU_NOEXCEPT;
 

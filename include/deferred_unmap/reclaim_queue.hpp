@@ -14,7 +14,7 @@
 //
 // Threads: push, pending_bytes, pending_items, empty, next_deadline and stats may be called from any
 // thread. drain and flush may be called from any thread but one at a time; a push that exceeds
-// max_pending_bytes waits for a running drain step, then reclaims on the pushing thread. on_error runs
+// max_pending_bytes waits for a running drain or flush to finish, then reclaims on the pushing thread. on_error runs
 // on whichever thread made the failing call (drainer, pusher or worker), possibly on two at once: it
 // must be thread-safe and must not call back into the queue.
 #pragma once
@@ -46,7 +46,7 @@ struct reclaim_options {
     std::size_t unmap_chunk_bytes = std::size_t{2} << 20;
     /// Hard cap on mapped bytes waiting; a push beyond it reclaims the oldest at once until it fits.
     std::size_t max_pending_bytes = std::numeric_limits<std::size_t>::max();
-    /// How long work may wait without a drain; see next_deadline().
+    /// How long work may wait without a drain; see next_deadline(). A negative value counts as zero.
     std::chrono::nanoseconds max_delay = std::chrono::milliseconds{100};
     /// A worker thread makes the close() calls after drain has unmapped; drain's budget covers munmap only.
     bool close_on_worker = false;
@@ -105,7 +105,7 @@ public:
     /// Reserves options.initial_capacity items and starts the worker if asked. May throw std::bad_alloc
     /// or std::system_error (thread creation).
     explicit basic_reclaim_queue(reclaim_options options = {})
-        : options_(std::move(options)), chunk_bytes_(chunk_size(options_.unmap_chunk_bytes)), model_(options_.prior) {
+        : options_(checked(std::move(options))), chunk_bytes_(chunk_size(options_.unmap_chunk_bytes)), model_(options_.prior) {
         if (!pending_.reserve(options_.initial_capacity)) throw_bad_alloc();
         if (uses_worker()) {
             if (!closes_.reserve(options_.initial_capacity)) throw_bad_alloc();
@@ -154,7 +154,11 @@ public:
         note_drain(start);
         time_point now = start;
         while (load_current()) {
-            if (hand_off_close(report)) continue;
+            if (hand_off_close(report)) {
+                now = Clock::now();  // so the hand-off is not timed as part of the next step
+                if (elapsed(start, now) >= budget) break;  // bare fds pushed without end still stop
+                continue;
+            }
             if (report.steps > 0 && elapsed(start, now) + predict_next() > budget) break;
             now = timed_step(now, report, step_site::drain);
         }
@@ -186,9 +190,9 @@ public:
     [[nodiscard]] bool empty() const noexcept { return pending_items() == 0; }
 
     /// The latest time the host should call drain() even if no frame is committed: max_delay after the
-    /// later of the last drain and the push that found nothing waiting (so never later than max_delay
-    /// after the oldest waiting push). time_point::max() when nothing waits for a drain. Any thread;
-    /// takes a short lock.
+    /// later of the last drain and the push that found nothing waiting (never later than max_delay after
+    /// the later of the last drain and the oldest waiting push). time_point::max() when nothing waits for
+    /// a drain. Any thread; takes a short lock.
     [[nodiscard]] time_point next_deadline() const noexcept {
         std::lock_guard lock(mutex_);
         if (!in_flight_ && pending_.empty()) return time_point::max();
@@ -199,7 +203,7 @@ public:
         return from + delay;
     }
 
-    /// Totals and histograms so far. Any thread; waits for a running step. Copies ~3 KiB.
+    /// Totals and histograms so far. Any thread; waits for a running drain or flush. Copies ~3 KiB.
     [[nodiscard]] reclaim_stats stats() const noexcept {
         std::scoped_lock locks(drain_mutex_, mutex_, worker_mutex_);
         reclaim_stats total = stats_;
@@ -208,7 +212,7 @@ public:
         return total;
     }
 
-    /// The cost model as learned so far. Any thread; waits for a running step.
+    /// The cost model as learned so far. Any thread; waits for a running drain or flush.
     [[nodiscard]] cost_model model() const noexcept {
         std::lock_guard drain_lock(drain_mutex_);
         return model_;
@@ -229,6 +233,12 @@ private:
         std::size_t bytes;
     };
     enum class step_site { drain, flush, cap, worker };
+
+    // A negative max_delay would put every deadline before the last drain: an idle timer would spin.
+    static reclaim_options checked(reclaim_options options) noexcept {
+        options.max_delay = std::max(options.max_delay, std::chrono::nanoseconds::zero());
+        return options;
+    }
 
     static std::size_t chunk_size(std::size_t requested) noexcept {
         const std::size_t page = detail::page_size();

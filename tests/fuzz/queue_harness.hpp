@@ -183,7 +183,7 @@ private:
         if (source_.below(3) == 0) o.max_pending_bytes = (source_.below(64)) * page;
         switch (source_.below(4)) {
         case 0: o.max_delay = ns::max(); break;
-        case 1: o.max_delay = ns{0}; break;
+        case 1: o.max_delay = source_.below(2) == 0 ? ns{0} : -ns{1 + static_cast<std::int64_t>(source_.below(1'000'000))}; break;
         default: o.max_delay = ns{static_cast<std::int64_t>(source_.below(200'000'000))}; break;
         }
         const auto mode = source_.below(8);
@@ -336,6 +336,7 @@ private:
             if (options_.close_on_worker && !unmapping(items_.front())) {
                 hand_off();
                 ++handed;
+                if (elapsed >= budget) break;
                 continue;
             }
             if (steps > 0 && elapsed + predict(items_.front()) > budget) break;
@@ -666,9 +667,10 @@ private:
         using tp = dt::manual_clock::time_point;
         if (items_.empty()) return tp::max();
         const tp from = std::max(waiting_since_, last_drain_);
-        // Saturates: a max_delay of "forever" means no deadline, not an overflow.
-        if (options_.max_delay > tp::max() - from) return tp::max();
-        return from + options_.max_delay;
+        // Saturates: a max_delay of "forever" means no deadline, not an overflow; a negative one is zero.
+        const ns delay = std::max(options_.max_delay, ns{0});
+        if (delay > tp::max() - from) return tp::max();
+        return from + delay;
     }
 
     bool check_stats_exact(const std::string& what) {
