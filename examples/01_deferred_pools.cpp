@@ -114,5 +114,5 @@ int main(int argc, char** argv) {
 
 // Expected output (2-core VM; times vary by machine, the shape does not):
 //   52 pools of 19.8 MiB
-//   immediate (close, then munmap): one stall of 180.0 ms
-//   deferred (queue, 1000 us budget, closes on a worker): pushes 0.010 ms, worst drain 1.10 ms, 40 frames until all unmapped
+//   immediate (close, then munmap): one stall of 181.4 ms
+//   deferred (queue, 1000 us budget, closes on a worker): pushes 0.007 ms, worst drain 1.04 ms, 83 frames until all unmapped
