@@ -14,9 +14,9 @@
 //
 // Threads: push, pending_bytes, pending_items, empty, next_deadline and stats may be called from any
 // thread. drain and flush may be called from any thread but one at a time; a push that exceeds
-// max_pending_bytes waits for a running drain or flush to finish, then reclaims on the pushing thread. on_error runs
-// on whichever thread made the failing call (drainer, pusher or worker), possibly on two at once: it
-// must be thread-safe and must not call back into the queue.
+// max_pending_bytes waits for a running drain or flush to finish, then reclaims on the pushing thread.
+// on_error runs on whichever thread made the failing call (drainer, pusher or worker), possibly on two
+// at once: it must be thread-safe and must not call back into the queue.
 #pragma once
 
 #include <algorithm>
