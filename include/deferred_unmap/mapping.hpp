@@ -19,11 +19,11 @@
 #include <system_error>
 #include <utility>
 
+#include "os.hpp"  // first: defines DEFERRED_UNMAP_HAS_EXCEPTIONS
+
 #if DEFERRED_UNMAP_HAS_EXCEPTIONS
 #include <stdexcept>
 #endif
-
-#include "os.hpp"
 
 namespace deferred_unmap {
 

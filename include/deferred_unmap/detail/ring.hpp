@@ -1,13 +1,19 @@
 // deferred_unmap/detail/ring.hpp - a growable FIFO of trivially copyable items that never throws.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <limits>
 #include <memory>
 #include <new>
 #include <type_traits>
+#include <utility>
 
 namespace deferred_unmap::detail {
+
+/// Test seam (see testing::allocation_failure): when set, every ring growth asks it first, and a false
+/// answer fails the growth as an exhausted heap would. One relaxed load per growth; never set in hosts.
+inline std::atomic<bool (*)(std::size_t bytes)> allocation_gate{nullptr};
 
 /// Circular buffer with power-of-two capacity. Growth is the only allocation; when it fails, push_back
 /// returns false and the ring is unchanged, so the caller can tear the item down instead of losing it.
@@ -17,6 +23,20 @@ class ring {
 
 public:
     ring() noexcept = default;
+    ring(ring&& other) noexcept
+        : items_(std::move(other.items_)), capacity_(std::exchange(other.capacity_, 0)),
+          head_(std::exchange(other.head_, 0)), size_(std::exchange(other.size_, 0)) {}
+    ring& operator=(ring&& other) noexcept {
+        ring moved(std::move(other));
+        std::swap(items_, moved.items_);
+        std::swap(capacity_, moved.capacity_);
+        std::swap(head_, moved.head_);
+        std::swap(size_, moved.size_);
+        return *this;
+    }
+    ring(const ring&) = delete;
+    ring& operator=(const ring&) = delete;
+    ~ring() = default;
 
     /// Room for at least `count` items. Cost: one allocation when it grows. Returns false on failure.
     bool reserve(std::size_t count) noexcept {
@@ -25,6 +45,8 @@ public:
         if (count > std::numeric_limits<std::size_t>::max() / 2 / sizeof(T)) return false;
         std::size_t grown = capacity_ == 0 ? 16 : capacity_;
         while (grown < count) grown *= 2;
+        if (const auto gate = allocation_gate.load(std::memory_order_relaxed); gate != nullptr && !gate(grown * sizeof(T)))
+            return false;
         std::unique_ptr<T[]> fresh(new (std::nothrow) T[grown]);
         if (!fresh) return false;
         for (std::size_t i = 0; i < size_; ++i) fresh[i] = (*this)[i];

@@ -1,0 +1,67 @@
+// deferred_unmap/detail/thread_annotations.hpp - locking rules clang checks (-Wthread-safety).
+//
+// The macros follow absl/base/thread_annotations.h; they expand to nothing for other compilers. The
+// standard library's mutexes carry no annotations, so the queue locks through the wrappers below.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+
+#if defined(__clang__)
+#define DU_THREAD_ANNOTATION(x) __attribute__((x))
+#else
+#define DU_THREAD_ANNOTATION(x)
+#endif
+
+#define DU_CAPABILITY(x) DU_THREAD_ANNOTATION(capability(x))
+#define DU_SCOPED_CAPABILITY DU_THREAD_ANNOTATION(scoped_lockable)
+#define DU_GUARDED_BY(x) DU_THREAD_ANNOTATION(guarded_by(x))
+#define DU_REQUIRES(...) DU_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
+#define DU_EXCLUDES(...) DU_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
+#define DU_ACQUIRE(...) DU_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
+#define DU_RELEASE(...) DU_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#define DU_TRY_ACQUIRE(...) DU_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
+#define DU_NO_THREAD_SAFETY_ANALYSIS DU_THREAD_ANNOTATION(no_thread_safety_analysis)
+
+namespace deferred_unmap::detail {
+
+/// std::mutex as a capability. BasicLockable, so std::condition_variable_any can wait on it.
+class DU_CAPABILITY("mutex") mutex {
+public:
+    void lock() DU_ACQUIRE() { m_.lock(); }
+    void unlock() DU_RELEASE() { m_.unlock(); }
+
+private:
+    std::mutex m_;
+};
+
+/// std::timed_mutex as a capability: the step lock, which a drain waits for at most its budget.
+class DU_CAPABILITY("mutex") timed_mutex {
+public:
+    void lock() DU_ACQUIRE() { m_.lock(); }
+    void unlock() DU_RELEASE() { m_.unlock(); }
+    /// Waits at most `timeout` of real (steady) time; a timeout <= 0 only tries.
+    bool try_lock_for(std::chrono::nanoseconds timeout) DU_TRY_ACQUIRE(true) {
+        return timeout > std::chrono::nanoseconds::zero() ? m_.try_lock_for(timeout) : m_.try_lock();
+    }
+
+private:
+    std::timed_mutex m_;
+};
+
+/// std::lock_guard for the wrappers above.
+template <class Mutex>
+class DU_SCOPED_CAPABILITY lock_guard {
+public:
+    explicit lock_guard(Mutex& m) DU_ACQUIRE(m) : m_(m) { m_.lock(); }
+    /// Adopts a lock the caller already holds.
+    lock_guard(Mutex& m, std::adopt_lock_t) DU_REQUIRES(m) : m_(m) {}
+    ~lock_guard() DU_RELEASE() { m_.unlock(); }
+    lock_guard(const lock_guard&) = delete;
+    lock_guard& operator=(const lock_guard&) = delete;
+
+private:
+    Mutex& m_;
+};
+
+}  // namespace deferred_unmap::detail
