@@ -421,10 +421,10 @@ inline std::unique_ptr<teardown_engine> make_engine(strategy s, nanoseconds budg
         case strategy::close_first: return std::make_unique<immediate_engine>(true);
         case strategy::unmap_first: return std::make_unique<immediate_engine>(false);
         case strategy::thread_drop: return std::make_unique<thread_drop_engine>();
-        case strategy::queue: return std::make_unique<queue_engine>(budget, du::reclaim_options{});
+        case strategy::queue: return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = false});
         case strategy::queue_worker: return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = true});
         case strategy::queue_worker_unmap:
-            return std::make_unique<queue_engine>(budget, du::reclaim_options{.unmap_on_worker = true});
+            return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = false, .unmap_on_worker = true});
     }
     return nullptr;
 }

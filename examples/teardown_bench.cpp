@@ -439,7 +439,7 @@ double clock_read_ns() {
 row measure_overhead() {
     using region = du::basic_shm_region<null_os>;
     constexpr std::size_t items = 256, rounds = 400, item_bytes = std::size_t{4} << 20;
-    du::basic_reclaim_queue<steady, null_os> queue{{.initial_capacity = items}};
+    du::basic_reclaim_queue<steady, null_os> queue{{.close_on_worker = false, .initial_capacity = items}};
     std::vector<region> regions;
     regions.reserve(items);
     std::vector<double> push_ns, step_ns, steps_per_item;

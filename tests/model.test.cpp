@@ -49,14 +49,14 @@ TEST_CASE("model: every operation of a long random run matches the reference mod
 
 TEST_CASE("model: a max_delay of forever means no deadline, not one in the distant past") {
     du_reliability::dt::reset();
-    du_reliability::scripted_queue q{{.max_delay = std::chrono::nanoseconds::max()}};
+    du_reliability::scripted_queue q{du_reliability::inline_mode({.max_delay = std::chrono::nanoseconds::max()})};
     q.push(du_reliability::dt::make_region(4096));
     CHECK(q.next_deadline() == du_reliability::dt::manual_clock::time_point::max());
 }
 
 TEST_CASE("model: an unmap_chunk_bytes past the last page multiple unmaps each mapping in one call") {
     auto& os = du_reliability::dt::reset();
-    du_reliability::scripted_queue q{{.unmap_chunk_bytes = std::numeric_limits<std::size_t>::max()}};
+    du_reliability::scripted_queue q{du_reliability::inline_mode({.unmap_chunk_bytes = std::numeric_limits<std::size_t>::max()})};
     q.push(du_reliability::dt::make_region(std::size_t{8} << 20U));
     q.flush();
     CHECK(os.count(du_reliability::call_kind::unmap) == 1);
@@ -66,7 +66,7 @@ TEST_CASE("model: a bogus size hint is predicted to take too long, not a negativ
     du_reliability::dt::reset();
     deferred_unmap::cost_model prior;
     prior.close_ns_per_byte = 1.0;
-    du_reliability::scripted_queue q{{.prior = prior}};
+    du_reliability::scripted_queue q{du_reliability::inline_mode({.prior = prior})};
     q.push(du_reliability::dt::scripted_fd{du_reliability::dt::script().open_fd(4096)}, 4096);
     q.push(du_reliability::dt::scripted_fd{du_reliability::dt::script().open_fd(4096)}, std::numeric_limits<std::size_t>::max());
     const auto report = q.drain(std::chrono::milliseconds{1});

@@ -37,7 +37,7 @@ std::chrono::nanoseconds cost_of(const dt::os_call& c) {
 
 TEST_CASE("queue: drain(0) does nothing") {
     scripted_costs();
-    scripted_queue q;
+    scripted_queue q{inline_mode()};
     q.push(dt::make_region(8 * mib));
     const auto report = q.drain(0ns);
     CHECK(report.steps == 0);
@@ -49,7 +49,7 @@ TEST_CASE("queue: drain(0) does nothing") {
 
 TEST_CASE("queue: drain never starts a step predicted not to fit") {
     scripted_costs();
-    scripted_queue q{{.prior = exact_model()}};
+    scripted_queue q{inline_mode({.prior = exact_model()})};
     for (int i = 0; i < 6; ++i) q.push(dt::make_region(20 * mib));
     for (const auto budget : {1000us, 300us, 777us, 2500us}) {
         const std::size_t seen = dt::script().calls().size();
@@ -73,7 +73,7 @@ TEST_CASE("queue: drain never starts a step predicted not to fit") {
 TEST_CASE("queue: overshoot is at most one step when the model underestimates") {
     auto& os = scripted_costs();
     os.unmap_ns_per_byte = unmap_rate * 4;  // the machine is four times slower than the prior says
-    scripted_queue q{{.prior = exact_model()}};
+    scripted_queue q{inline_mode({.prior = exact_model()})};
     for (int i = 0; i < 4; ++i) q.push(dt::make_region(20 * mib));
     const std::size_t seen = dt::script().calls().size();
     const auto report = q.drain(500us);
@@ -87,7 +87,7 @@ TEST_CASE("queue: overshoot is at most one step when the model underestimates") 
 
 TEST_CASE("queue: the first step always runs, however small the budget") {
     scripted_costs();
-    scripted_queue q{{.prior = exact_model()}};
+    scripted_queue q{inline_mode({.prior = exact_model()})};
     q.push(du::basic_unique_fd<dt::scripted_os>{dt::script().open_fd(20 * mib)}, 20 * mib);  // a 3 ms close
     const auto report = q.drain(1ns);
     CHECK(report.steps == 1);
@@ -100,7 +100,7 @@ TEST_CASE("queue: the cost model converges to what the steps cost") {
     auto& os = scripted_costs();
     os.unmap_ns_per_byte = unmap_rate * 3;
     os.close_ns_per_byte = close_rate / 2;
-    scripted_queue q;  // default priors, far from these costs
+    scripted_queue q{inline_mode()};  // default priors, far from these costs
     for (int i = 0; i < 40; ++i) q.push(dt::make_region(20 * mib));
     while (!q.empty()) q.drain(1ms);
     const auto model = q.model();
@@ -110,7 +110,7 @@ TEST_CASE("queue: the cost model converges to what the steps cost") {
 
 TEST_CASE("queue: work is cut into page-aligned chunks of at most unmap_chunk_bytes") {
     scripted_costs();
-    scripted_queue q{{.unmap_chunk_bytes = 2 * mib}};
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = 2 * mib})};
     auto region = dt::make_region(5 * mib + 100);
     auto* base = static_cast<std::byte*>(region.data());
     q.push(std::move(region));
@@ -128,7 +128,7 @@ TEST_CASE("queue: work is cut into page-aligned chunks of at most unmap_chunk_by
 
 TEST_CASE("queue: an odd chunk size is rounded up to whole pages") {
     scripted_costs();
-    scripted_queue q{{.unmap_chunk_bytes = 5000}};
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = 5000})};
     q.push(dt::make_region(4 * du::detail::page_size()));
     q.flush();
     CHECK(dt::script().count(call_kind::unmap) == 2);
@@ -137,7 +137,7 @@ TEST_CASE("queue: an odd chunk size is rounded up to whole pages") {
 
 TEST_CASE("queue: the report says what one drain did and what is left") {
     scripted_costs();
-    scripted_queue q{{.prior = exact_model()}};
+    scripted_queue q{inline_mode({.prior = exact_model()})};
     q.push(dt::make_region(4 * mib));
     q.push(dt::make_region(4 * mib));
     const auto report = q.drain(10ms);

@@ -96,7 +96,7 @@ TEST_CASE("queue: a close that reports EIO or EINTR is counted once and never re
 TEST_CASE("queue: an error callback that throws cannot escape a drain") {
     auto& os = dt::reset();
     os.fail = [](const dt::os_call& c) { return c.op == call_kind::close ? EIO : 0; };
-    scripted_queue q{{.on_error = [](const du::reclaim_error&) { throw std::runtime_error("host bug"); }}};
+    scripted_queue q{inline_mode({.on_error = [](const du::reclaim_error&) { throw std::runtime_error("host bug"); }})};
     q.push(dt::make_region(mib));
     q.push(dt::make_region(mib));
     CHECK_NOTHROW(q.drain(1s));
@@ -108,7 +108,7 @@ TEST_CASE("queue: the queue stays usable after errors") {
     auto& os = dt::reset();
     int failures = 3;
     os.fail = [&failures](const dt::os_call& c) { return c.op != call_kind::map && failures-- > 0 ? EIO : 0; };
-    scripted_queue q;
+    scripted_queue q{inline_mode()};
     for (int i = 0; i < 4; ++i) q.push(dt::make_region(3 * mib));
     while (!q.empty()) q.drain(200us);
     CHECK(q.stats().items_reclaimed == 4);
@@ -116,21 +116,40 @@ TEST_CASE("queue: the queue stays usable after errors") {
     CHECK(os.misuse() == 0);
 }
 
-TEST_CASE("queue: a push the queue cannot make room for is torn down at once") {
+TEST_CASE("queue: a push the queue cannot make room for goes after everything older, mapping before descriptor") {
     dt::reset();
-    scripted_queue q{{.initial_capacity = 16}};
-    for (int i = 0; i < 16; ++i) q.push(dt::make_region(mib));
-    auto region = dt::make_region(mib);
-    const int fd = region.fd();
-    fail_array_new = true;
-    q.push(std::move(region));
-    fail_array_new = false;
-    CHECK_FALSE(dt::script().is_open(fd));
-    CHECK(q.pending_items() == 16);
+    scripted_queue q{inline_mode({.initial_capacity = 16})};
+    // The wlroots pattern: the mapping and the descriptor of each pool are pushed separately.
+    std::vector<int> fds;
+    for (int i = 0; i < 8; ++i) {
+        auto [fd, map] = dt::make_region(mib).release();
+        fds.push_back(fd.get());
+        q.push(std::move(map));
+        q.push(std::move(fd), mib);
+    }
+    dt::scripted_fd last{dt::script().open_fd(mib)};
+    const int last_fd = last.get();
+    {
+        const dt::allocation_failure no_heap;
+        q.push(std::move(last), mib);  // the ring holds 16: no room for a 17th
+    }
+    CHECK(q.empty());
     const auto s = q.stats();
     CHECK(s.synchronous_pushes == 1);
     CHECK(s.items_pushed == 17);
-    q.flush();
+    CHECK(s.items_reclaimed == 17);
+    const auto calls = dt::script().calls();
+    std::vector<int> closes;
+    std::size_t unmaps_seen = 0;
+    for (const auto& c : calls) {
+        if (c.op == call_kind::unmap) ++unmaps_seen;
+        if (c.op != call_kind::close) continue;
+        closes.push_back(c.fd);
+        CHECK(unmaps_seen >= std::min<std::size_t>(closes.size(), 8));  // pool i's descriptor after its mapping
+    }
+    fds.push_back(last_fd);
+    CHECK(closes == fds);  // oldest first, the new one last
     CHECK(dt::script().open_fds() == 0);
     CHECK(dt::script().mapped_bytes() == 0);
+    CHECK(dt::script().misuse() == 0);
 }

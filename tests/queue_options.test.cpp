@@ -7,7 +7,7 @@ using namespace std::chrono_literals;
 
 TEST_CASE("queue: a push beyond max_pending_bytes reclaims the oldest until it fits") {
     dt::reset();
-    scripted_queue q{{.max_pending_bytes = 9 * mib}};
+    scripted_queue q{inline_mode({.max_pending_bytes = 9 * mib})};
     auto a = dt::make_region(4 * mib);
     const void* oldest = a.data();
     q.push(std::move(a));
@@ -25,7 +25,7 @@ TEST_CASE("queue: a push beyond max_pending_bytes reclaims the oldest until it f
 
 TEST_CASE("queue: an item larger than max_pending_bytes is reclaimed at once") {
     dt::reset();
-    scripted_queue q{{.max_pending_bytes = mib}};
+    scripted_queue q{inline_mode({.max_pending_bytes = mib})};
     q.push(dt::make_region(6 * mib));
     CHECK(q.pending_bytes() == 0);
     CHECK(dt::script().mapped_bytes() == 0);
@@ -35,7 +35,7 @@ TEST_CASE("queue: an item larger than max_pending_bytes is reclaimed at once") {
 
 TEST_CASE("queue: next_deadline is max when empty, then max_delay after the oldest push") {
     dt::reset();
-    scripted_queue q{{.max_delay = 50ms}};
+    scripted_queue q{inline_mode({.max_delay = 50ms})};
     CHECK(q.next_deadline() == dt::manual_clock::time_point::max());
     const auto pushed_at = dt::manual_clock::now();
     q.push(dt::make_region(8 * mib));
@@ -46,7 +46,7 @@ TEST_CASE("queue: next_deadline is max when empty, then max_delay after the olde
 
 TEST_CASE("queue: next_deadline starts again from the first push after the queue emptied") {
     dt::reset();
-    scripted_queue q{{.max_delay = 50ms}};
+    scripted_queue q{inline_mode({.max_delay = 50ms})};
     q.push(dt::make_region(8 * mib));
     q.flush();
     dt::manual_clock::advance(200ms);
@@ -59,7 +59,7 @@ TEST_CASE("queue: next_deadline starts again from the first push after the queue
 
 TEST_CASE("queue: a negative max_delay counts as zero, so the deadline never falls before the last drain") {
     dt::reset().unmap_ns_per_byte = 0.05;
-    scripted_queue q{{.max_delay = -5ms}};
+    scripted_queue q{inline_mode({.max_delay = -5ms})};
     CHECK(q.options().max_delay == 0ns);
     q.push(dt::make_region(20 * mib));
     dt::manual_clock::advance(10ms);
@@ -71,7 +71,7 @@ TEST_CASE("queue: a negative max_delay counts as zero, so the deadline never fal
 
 TEST_CASE("queue: a drain moves next_deadline to max_delay after it") {
     dt::reset().unmap_ns_per_byte = 0.05;
-    scripted_queue q{{.max_delay = 50ms}};
+    scripted_queue q{inline_mode({.max_delay = 50ms})};
     q.push(dt::make_region(20 * mib));
     dt::manual_clock::advance(80ms);  // overdue: no frame came
     const auto drained_at = dt::manual_clock::now();
@@ -84,7 +84,7 @@ TEST_CASE("queue: a drain moves next_deadline to max_delay after it") {
 }
 
 TEST_CASE("queue: options are kept as given") {
-    scripted_queue q{{.unmap_chunk_bytes = 512 * 1024, .max_pending_bytes = 64 * mib, .max_delay = 20ms}};
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = 512 * 1024, .max_pending_bytes = 64 * mib, .max_delay = 20ms})};
     CHECK(q.options().unmap_chunk_bytes == 512 * 1024);
     CHECK(q.options().max_pending_bytes == 64 * mib);
     CHECK(q.options().max_delay == 20ms);

@@ -47,7 +47,7 @@ void check_unmap_before_close(const std::vector<pool_id>& pools) {
 
 TEST_CASE("queue: push and drain unmap each pool before closing it") {
     dt::reset().unmap_ns_per_byte = 0.05;
-    scripted_queue q;
+    scripted_queue q{inline_mode()};
     std::vector<pool_id> pools;
     for (int i = 0; i < 5; ++i) pools.push_back(push_pool(q, 7 * mib));
     while (!q.empty()) q.drain(300us);
@@ -56,7 +56,7 @@ TEST_CASE("queue: push and drain unmap each pool before closing it") {
 
 TEST_CASE("queue: flush unmaps each pool before closing it") {
     dt::reset();
-    scripted_queue q;
+    scripted_queue q{inline_mode()};
     std::vector<pool_id> pools;
     for (int i = 0; i < 5; ++i) pools.push_back(push_pool(q, 3 * mib));
     q.drain(1ns);  // leave the oldest half done
@@ -70,7 +70,7 @@ TEST_CASE("queue: the destructor unmaps each pool before closing it") {
     dt::reset();
     std::vector<pool_id> pools;
     {
-        scripted_queue q;
+        scripted_queue q{inline_mode()};
         for (int i = 0; i < 5; ++i) pools.push_back(push_pool(q, 3 * mib));
     }
     check_unmap_before_close(pools);
@@ -78,7 +78,7 @@ TEST_CASE("queue: the destructor unmaps each pool before closing it") {
 
 TEST_CASE("queue: pools are reclaimed oldest first") {
     dt::reset();
-    scripted_queue q{{.unmap_chunk_bytes = 64 * mib}};
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = 64 * mib})};
     std::vector<pool_id> pools;
     for (int i = 0; i < 6; ++i) pools.push_back(push_pool(q, mib));
     q.flush();
@@ -98,7 +98,7 @@ TEST_CASE("queue: pools are reclaimed oldest first") {
 
 TEST_CASE("queue: bare mappings and bare descriptors are reclaimed too") {
     dt::reset();
-    scripted_queue q;
+    scripted_queue q{inline_mode()};
     auto region = dt::make_region(3 * mib);
     auto [fd, map] = region.release();
     q.push(std::move(map));
@@ -113,7 +113,7 @@ TEST_CASE("queue: bare mappings and bare descriptors are reclaimed too") {
 
 TEST_CASE("queue: pushing empty handles is a no-op") {
     dt::reset();
-    scripted_queue q;
+    scripted_queue q{inline_mode()};
     q.push(dt::scripted_region{});
     q.push(dt::scripted_mapping{});
     q.push(dt::scripted_fd{});
@@ -123,7 +123,7 @@ TEST_CASE("queue: pushing empty handles is a no-op") {
 
 TEST_CASE("queue: a reused descriptor number is never closed twice") {
     dt::reset();
-    scripted_queue q;
+    scripted_queue q{inline_mode()};
     auto first = dt::make_region(mib);
     const int number = first.fd();
     q.push(std::move(first));

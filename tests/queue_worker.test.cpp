@@ -2,6 +2,8 @@
 
 #include "test_support.hpp"
 
+#include <poll.h>
+
 #include <atomic>
 #include <thread>
 
@@ -9,7 +11,15 @@ using namespace du_test;
 using namespace std::chrono_literals;
 
 TEST_CASE("queue: with close_on_worker, drain unmaps and the worker closes") {
-    dt::reset();
+    auto& os = dt::reset();
+    const auto me = std::this_thread::get_id();
+    // munmap ~0.1 ns/B; a close made on the draining thread would cost 3 ms and break every budget.
+    // The worker's calls cost nothing on the manual clock, so drain's timing stays exact.
+    os.cost = [me](const dt::os_call& c) {
+        if (c.thread != me) return std::chrono::nanoseconds{0};
+        if (c.op == call_kind::close) return std::chrono::nanoseconds{3ms};
+        return std::chrono::nanoseconds{static_cast<std::int64_t>(0.1 * static_cast<double>(c.length))};
+    };
     std::vector<int> fds;
     {
         scripted_queue q{{.close_on_worker = true}};
@@ -19,11 +29,15 @@ TEST_CASE("queue: with close_on_worker, drain unmaps and the worker closes") {
             q.push(std::move(region));
         }
         std::size_t handed_off = 0;
+        std::size_t drains = 0;
         while (q.pending_bytes() > 0) {
             const auto report = q.drain(1ms);
             CHECK(report.fds_closed == 0);
+            CHECK(report.elapsed <= 1ms + 210us);  // the budget plus at most one 2 MiB munmap
             handed_off += report.fds_handed_off;
+            ++drains;
         }
+        CHECK(drains >= 3);  // 24 MiB of munmap at ~0.1 ns/B does not fit one 1 ms drain
         handed_off += q.drain(1ms).fds_handed_off;  // the last item's close
         CHECK(handed_off == 8);
         q.flush();
@@ -31,7 +45,6 @@ TEST_CASE("queue: with close_on_worker, drain unmaps and the worker closes") {
         CHECK(q.stats().fds_closed == 8);
         CHECK(q.stats().worker_steps == 8);
     }
-    const auto me = std::this_thread::get_id();
     for (const auto& c : dt::script().calls()) {
         if (c.op == call_kind::unmap) CHECK(c.thread == me);
         if (c.op == call_kind::close) CHECK(c.thread != me);
@@ -46,12 +59,20 @@ TEST_CASE("queue: with close_on_worker, a close is handed off only after its poo
     auto region = dt::make_region(6 * mib);
     const int fd = region.fd();
     q.push(std::move(region));
-    q.flush();
+    for (int frame = 0; frame < 2; ++frame) {
+        const auto report = q.drain(1ns);  // one 2 MiB munmap per drain
+        CHECK(report.fds_handed_off == 0);
+        CHECK(dt::script().is_open(fd));
+    }
+    CHECK(q.drain(1ns).fds_handed_off == 1);  // the last munmap, then the close goes to the worker
+    REQUIRE(q.wait_for_worker(10s));
+    CHECK(q.stats().worker_steps == 1);
     const auto calls = dt::script().calls();
     std::size_t unmaps_before_close = 0;
     for (const auto& c : calls) {
         if (c.op == call_kind::close) {
             CHECK(c.fd == fd);
+            CHECK(c.thread != std::this_thread::get_id());
             break;
         }
         if (c.op == call_kind::unmap) ++unmaps_before_close;
@@ -105,7 +126,7 @@ TEST_CASE("queue: with unmap_on_worker, the worker reclaims everything once drai
     CHECK(q.stats().worker_steps == 6 * 4);
 }
 
-TEST_CASE("queue: with unmap_on_worker, a drain moves next_deadline to max_delay after it") {
+TEST_CASE("queue: with unmap_on_worker, work the worker holds is no drain's business") {
     dt::reset();
     std::atomic<bool> hold{true};
     dt::script().fail = [&hold](const dt::os_call& c) {
@@ -115,13 +136,19 @@ TEST_CASE("queue: with unmap_on_worker, a drain moves next_deadline to max_delay
     scripted_queue q{{.max_delay = 50ms, .unmap_on_worker = true, .worker_pause = 0ns}};
     q.push(dt::make_region(8 * mib));
     dt::manual_clock::advance(80ms);  // overdue: no frame came
-    const auto drained_at = dt::manual_clock::now();
-    REQUIRE(q.next_deadline() < drained_at);
+    REQUIRE(q.next_deadline() < dt::manual_clock::now());
     q.drain(1ms);
-    CHECK(q.next_deadline() == drained_at + 50ms);  // else an idle timer armed from it fires at once, forever
-    hold = false;
-    q.flush();
+    // The worker has it all: an idle timer armed from the deadline stays disarmed, and the host learns
+    // that the worker is done from worker_done_fd() instead.
     CHECK(q.next_deadline() == dt::manual_clock::time_point::max());
+    CHECK_FALSE(q.empty());
+    pollfd done{q.worker_done_fd(), POLLIN, 0};
+    CHECK(::poll(&done, 1, 0) == 0);
+    hold = false;
+    CHECK(::poll(&done, 1, 10000) == 1);
+    q.clear_worker_done();
+    CHECK(q.empty());
+    CHECK(::poll(&done, 1, 0) == 0);
 }
 
 TEST_CASE("queue: pushes from many threads while one thread drains lose nothing") {

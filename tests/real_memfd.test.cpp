@@ -64,7 +64,7 @@ TEST_CASE("real memfds: the queue's destructor gives everything back") {
 }
 
 TEST_CASE("real memfds: a closed descriptor number reused by a new fd is never closed by the queue") {
-    du::reclaim_queue q;
+    du::reclaim_queue q{inline_mode()};
     auto pool = real_pool(1 << 20);
     const int number = pool.fd();
     q.push(std::move(pool));
@@ -79,7 +79,7 @@ TEST_CASE("real memfds: a closed descriptor number reused by a new fd is never c
 
 TEST_CASE("real memfds: the mapping is gone before the descriptor is closed") {
     // Between the last munmap and the close, the pool is still open but no longer mapped.
-    du::reclaim_queue q{{.unmap_chunk_bytes = 1 << 20}};
+    du::reclaim_queue q{inline_mode({.unmap_chunk_bytes = 1 << 20})};
     auto pool = real_pool(4 << 20);
     const int fd = pool.fd();
     const auto name = "/memfd:du-test";

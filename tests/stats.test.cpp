@@ -37,7 +37,7 @@ TEST_CASE("histogram: an empty histogram answers zero") {
 TEST_CASE("queue: stats count pushes, drains, steps and the peak burst") {
     auto& os = dt::reset();
     os.call_overhead = 10us;
-    scripted_queue q;
+    scripted_queue q{inline_mode()};
     for (int i = 0; i < 3; ++i) q.push(dt::make_region(4 * mib));
     while (!q.empty()) q.drain(30us);
     const auto s = q.stats();

@@ -4,6 +4,8 @@
 #include <deferred_unmap/deferred_unmap.hpp>
 #include <deferred_unmap/testing.hpp>
 
+#include "modes.hpp"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -16,6 +18,8 @@
 #include <system_error>
 
 namespace du_test {
+
+using du_modes::inline_mode;
 
 namespace du = deferred_unmap;
 namespace dt = deferred_unmap::testing;

@@ -70,14 +70,20 @@ TEST_CASE("threads: pushes from many threads while drain runs lose nothing and c
             }
             // Readers may ask from any thread while everything else runs.
             threads.emplace_back([&] {
-                std::size_t seen = 0;
+                std::uint64_t last_pushed = 0, inconsistent = 0, reads_while_pushing = 0;
                 while (!reader_done) {
-                    seen += q.pending_bytes() + q.pending_items() + (q.empty() ? 1 : 0);
+                    const bool pushing = running > 0;
                     static_cast<void>(q.next_deadline());
-                    seen += q.stats().items_pushed;
                     static_cast<void>(q.model());
+                    static_cast<void>(q.pending_bytes());
+                    const auto snapshot = q.stats();
+                    // A snapshot is consistent and totals never go back.
+                    if (snapshot.items_reclaimed > snapshot.items_pushed || snapshot.items_pushed < last_pushed) ++inconsistent;
+                    last_pushed = snapshot.items_pushed;
+                    if (pushing && snapshot.items_pushed > 0) ++reads_while_pushing;
                 }
-                CHECK(seen > 0);
+                CHECK(inconsistent == 0);
+                CHECK(reads_while_pushing > 0);  // the reads really overlapped the pushes
             });
             while (running > 0) q.drain(20us);
             reader_done = true;

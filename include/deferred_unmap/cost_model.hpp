@@ -1,8 +1,10 @@
 // deferred_unmap/cost_model.hpp - predicts what the next munmap or close will cost.
 //
 // Guarantees: predictions are fixed overhead + rate * bytes, with a separate rate for munmap and for
-// close; learn() moves each rate a quarter of the way towards what a timed step showed, so the model
-// follows the machine within a few steps and one outlier cannot dominate it. No allocation, no throw.
+// close. learn() moves a rate a quarter of the way towards what a timed step showed, after clamping
+// that observation to within 2x of the current rate: one outlier (a preempted step, a page fault storm)
+// moves a prediction by at most 25%, so it costs at most one frame's worth of caution, while a real
+// change of speed is followed within a few steps. No allocation, no throw.
 //
 //   deferred_unmap::cost_model model;                      // priors measured on a 2-core VM
 //   auto cost = model.predict_unmap(2 << 20);              // ~ 100 us
@@ -12,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 
 namespace deferred_unmap {
@@ -23,6 +26,12 @@ struct cost_model {
     double close_ns_per_byte = 0.15;
     /// Cost of a call that frees nothing (syscall entry, VMA lookup); not learned.
     std::chrono::nanoseconds call_overhead{2000};
+
+    /// True when both rates are finite and non-negative and the overhead is non-negative: the only
+    /// models a queue accepts as its prior. O(1).
+    [[nodiscard]] bool valid() const noexcept {
+        return valid_rate(unmap_ns_per_byte) && valid_rate(close_ns_per_byte) && call_overhead.count() >= 0;
+    }
 
     [[nodiscard]] std::chrono::nanoseconds predict_unmap(std::size_t bytes) const noexcept {
         return call_overhead + scaled(unmap_ns_per_byte, bytes);
@@ -38,6 +47,12 @@ private:
     /// Steps smaller than this are dominated by call overhead and say little about the rate.
     static constexpr std::size_t min_learn_bytes = std::size_t{64} * 1024;
     static constexpr double learn_weight = 0.25;
+    /// How far one observation may pull: at most this factor above or below the current rate.
+    static constexpr double max_jump = 2.0;
+    /// The clamp's floor, so a rate that reached zero can still learn (1 us per GB).
+    static constexpr double min_rate = 1e-6;
+
+    static bool valid_rate(double rate) noexcept { return std::isfinite(rate) && rate >= 0.0; }
 
     static std::chrono::nanoseconds scaled(double rate, std::size_t bytes) noexcept {
         // Capped at a day: a bogus size hint must not overflow the conversion or drain's sums, and a
@@ -51,7 +66,8 @@ private:
         if (bytes < min_learn_bytes) return;
         const auto freeing = std::max(took - call_overhead, std::chrono::nanoseconds{0});
         const double observed = static_cast<double>(freeing.count()) / static_cast<double>(bytes);
-        rate += learn_weight * (observed - rate);
+        const double ceiling = std::max(rate, min_rate) * max_jump;
+        rate += learn_weight * (std::clamp(observed, rate / max_jump, ceiling) - rate);
     }
 };
 

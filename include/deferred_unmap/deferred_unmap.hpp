@@ -12,6 +12,7 @@
 #include "cost_model.hpp"
 #include "mapping.hpp"
 #include "os.hpp"
+#include "reclaim_options.hpp"
 #include "reclaim_queue.hpp"
 #include "shm_region.hpp"
 #include "stats.hpp"

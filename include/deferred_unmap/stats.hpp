@@ -96,7 +96,9 @@ struct drain_report {
     std::size_t fds_closed = 0;       ///< descriptors this drain closed itself
     std::size_t fds_handed_off = 0;   ///< descriptors passed to the worker to close (close_on_worker)
     std::size_t errors = 0;           ///< failed munmap/close calls (see reclaim_error)
-    std::chrono::nanoseconds elapsed{0};  ///< time spent inside drain
+    bool busy = false;                ///< another thread held the steps (a push over the cap, a flush,
+                                      ///< the unmapping worker) for the whole budget: nothing was done
+    std::chrono::nanoseconds elapsed{0};  ///< the whole call, waiting for a busy queue included
     std::size_t pending_bytes = 0;    ///< mapped bytes still waiting, when drain returned
     std::size_t pending_items = 0;    ///< items not yet fully reclaimed, when drain returned
 };
@@ -110,6 +112,16 @@ struct reclaim_error {
     std::size_t length = 0;
     int fd = -1;                 ///< the descriptor passed to close (close only)
     bool recovered = false;      ///< a failed chunk whose fallback (unmapping the whole rest) then succeeded
+};
+
+/// One burst: from a push into an empty queue until every item of it (and of any pushed meanwhile)
+/// was torn down, its descriptor closed included. What a host logs to answer "how much, how long".
+struct burst_report {
+    std::uint64_t items = 0;               ///< items pushed during the burst
+    std::uint64_t bytes = 0;               ///< page-rounded mapped bytes pushed during the burst
+    std::uint64_t drains = 0;              ///< drain calls that ran a step or handed work on
+    std::chrono::nanoseconds duration{0};  ///< first push until the queue was empty: memory all back
+    std::chrono::nanoseconds worst_drain{0};  ///< the longest of those drains, waiting included
 };
 
 /// Totals since the queue was made. A snapshot: stats() copies it.
@@ -128,6 +140,9 @@ struct reclaim_stats {
     std::uint64_t bytes_leaked = 0;      ///< bytes left mapped because even the fallback failed
     std::uint64_t synchronous_pushes = 0;  ///< pushes torn down at once because the queue could not grow
     std::uint64_t cap_steps = 0;         ///< steps forced by max_pending_bytes inside push
+    std::uint64_t busy_drains = 0;       ///< drains that found the steps held elsewhere for their budget
+    std::uint64_t bursts = 0;            ///< bursts completed (the queue went from empty to empty)
+    burst_report last_burst;             ///< the latest completed burst
     std::size_t peak_pending_bytes = 0;  ///< the largest burst of mapped bytes waiting at once
     std::size_t peak_pending_items = 0;  ///< the largest number of pools waiting at once
     duration_histogram drain_durations;  ///< drain() calls that ran at least one step

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "detail/ring.hpp"
 #include "mapping.hpp"
 #include "os.hpp"
 #include "shm_region.hpp"
@@ -249,6 +250,19 @@ inline os_script& reset() {
     manual_clock::set(manual_clock::time_point{std::chrono::seconds{1}});
     return script();
 }
+
+/// While alive, every growth of a queue's rings fails as an exhausted heap would (the allocation seam);
+/// reserved room is still used. One at a time; process-global.
+class allocation_failure {
+public:
+    allocation_failure() noexcept { detail::allocation_gate.store(&refuse, std::memory_order_relaxed); }
+    ~allocation_failure() { detail::allocation_gate.store(nullptr, std::memory_order_relaxed); }
+    allocation_failure(const allocation_failure&) = delete;
+    allocation_failure& operator=(const allocation_failure&) = delete;
+
+private:
+    static bool refuse(std::size_t) noexcept { return false; }
+};
 
 /// A fake pool of `bytes`: a scripted descriptor and a scripted mapping of it.
 inline scripted_region make_region(std::size_t bytes) {

@@ -19,6 +19,8 @@
 #include <deferred_unmap/deferred_unmap.hpp>
 #include <deferred_unmap/testing.hpp>
 
+#include "../modes.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -37,6 +39,8 @@
 #include <vector>
 
 namespace du_reliability {
+
+using du_modes::inline_mode;
 
 namespace du = deferred_unmap;
 namespace dt = deferred_unmap::testing;

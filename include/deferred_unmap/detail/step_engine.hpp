@@ -1,0 +1,218 @@
+// deferred_unmap/detail/step_engine.hpp - one timed step at a time, and the one loop every caller runs.
+//
+// The step lock is held while steps run (by a drain, a flush, a push over the cap, or the unmapping
+// worker); it guards the item in flight and the learned model. A drain never waits for it longer than
+// its own budget. Lock order: step lock, then the backlog's or the worker's lock, never the reverse.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <limits>
+
+#include "../cost_model.hpp"
+#include "../os.hpp"
+#include "../reclaim_options.hpp"
+#include "../stats.hpp"
+#include "backlog.hpp"
+#include "thread_annotations.hpp"
+
+namespace deferred_unmap::detail {
+
+/// Calls the host's error callback; a throw from it is swallowed (teardown paths never throw).
+inline void report_error(const std::function<void(const reclaim_error&)>& on_error, const reclaim_error& error) noexcept {
+    if (!on_error) return;
+#if DEFERRED_UNMAP_HAS_EXCEPTIONS
+    try {
+        on_error(error);
+    } catch (...) {
+        // Already counted in the stats; the queue goes on.
+    }
+#else
+    on_error(error);
+#endif
+}
+
+/// Closes `fd` once. Returns the number of errors (0 or 1), reported through `on_error`.
+template <class Os>
+unsigned close_once(int fd, const std::function<void(const reclaim_error&)>& on_error) noexcept {
+    const int error = Os::close(fd);
+    if (error == 0) return 0;
+    report_error(on_error, {reclaim_error::operation::close, error, nullptr, 0, fd, false});
+    return 1;
+}
+
+template <class Clock>
+std::chrono::nanoseconds elapsed(typename Clock::time_point from, typename Clock::time_point to) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from);
+}
+
+/// `from + d`, or time_point::max() where that would overflow.
+template <class Clock>
+typename Clock::time_point saturating_add(typename Clock::time_point from, std::chrono::nanoseconds d) noexcept {
+    using time_point = typename Clock::time_point;
+    using duration = typename Clock::duration;
+    if (d <= std::chrono::nanoseconds::zero()) return from;
+    const auto room = time_point::max() - from;
+    if (std::chrono::duration_cast<std::chrono::nanoseconds>(room) <= d) return time_point::max();
+    return from + std::chrono::duration_cast<duration>(d);
+}
+
+/// Where a run of steps stops.
+template <class Clock>
+struct step_limits {
+    typename Clock::time_point deadline = Clock::time_point::max();  ///< no step predicted to end later starts
+    bool first_step_free = false;  ///< drain(budget): the first step runs whatever its prediction
+    bool hand_off = false;         ///< closes go to the worker (close_on_worker)
+    bool until_under_cap = false;  ///< a push over max_pending_bytes: stop once under it
+    step_site site = step_site::drain;
+};
+
+template <class Clock, class Os>
+class step_engine {
+public:
+    using time_point = typename Clock::time_point;
+    /// Takes a close off this thread; false when it cannot (then the close is made here).
+    using hand_off_fn = std::function<bool(int fd, std::size_t bytes)>;
+
+    step_engine(backlog<Clock>& books, const reclaim_options& options, std::size_t chunk_bytes) noexcept
+        : books_(books), options_(options), chunk_bytes_(chunk_bytes), model_(options.prior) {}
+
+    /// Runs steps under `limits`, waiting for the step lock at most until limits.deadline. Returns
+    /// false, having run nothing, when another thread held the lock all that time.
+    bool try_run(const step_limits<Clock>& limits, drain_report& report, const hand_off_fn& hand_off) DU_EXCLUDES(mutex_) {
+        if (limits.deadline == time_point::max()) {
+            run_blocking(limits, report, hand_off);
+            return true;
+        }
+        if (!mutex_.try_lock_for(elapsed<Clock>(Clock::now(), limits.deadline))) return false;
+        lock_guard lock(mutex_, std::adopt_lock);
+        run(limits, report, hand_off);
+        return true;
+    }
+
+    /// Runs steps under `limits`, waiting as long as it takes for the step lock.
+    void run_blocking(const step_limits<Clock>& limits, drain_report& report, const hand_off_fn& hand_off) DU_EXCLUDES(mutex_) {
+        lock_guard lock(mutex_);
+        run(limits, report, hand_off);
+    }
+
+    /// One step of the oldest item (the unmapping worker). False when nothing was left.
+    bool step_once() DU_EXCLUDES(mutex_) {
+        lock_guard lock(mutex_);
+        if (!load_current()) return false;
+        drain_report scratch;
+        timed_step(Clock::now(), scratch, step_site::worker);
+        return true;
+    }
+
+    /// Everything older first, oldest first, then `it`: what a push does when the queue cannot grow,
+    /// so that a mapping is still unmapped before a descriptor pushed after it is closed.
+    void tear_down_after_the_rest(const reclaim_item& it) DU_EXCLUDES(mutex_) {
+        lock_guard lock(mutex_);
+        drain_report scratch;
+        run({.site = step_site::flush}, scratch, nullptr);
+        step_outcome unmapped;
+        if (it.addr != nullptr) unmap(it.addr, it.length, it.length, unmapped);
+        const unsigned close_errors = it.fd >= 0 ? close_once<Os>(it.fd, options_.on_error) : 0;
+        books_.record_immediate(it.length, unmapped, it.fd >= 0, close_errors);
+    }
+
+private:
+    // The one loop: drain, drain_until, flush and the cap all come here.
+    void run(const step_limits<Clock>& limits, drain_report& report, const hand_off_fn& hand_off) DU_REQUIRES(mutex_) {
+        time_point now = Clock::now();
+        while (load_current()) {
+            if (limits.until_under_cap && books_.pending_bytes() <= options_.max_pending_bytes) break;
+            if (limits.hand_off && !unmapping() && hand_off && hand_off(current_.fd, current_.close_bytes)) {
+                ++report.fds_handed_off;
+                books_.retire();
+                in_flight_ = false;
+                now = Clock::now();  // so the hand-off is not timed as part of the next step
+                if (now >= limits.deadline) break;  // bare fds pushed without end still stop
+                continue;
+            }
+            const bool forced = limits.first_step_free && report.steps == 0;
+            if (!forced && saturating_add<Clock>(now, predict_next()) > limits.deadline) break;
+            now = timed_step(now, report, limits.site);
+        }
+    }
+
+    // Makes the oldest unfinished item current; false when there is none.
+    bool load_current() DU_REQUIRES(mutex_) {
+        if (in_flight_) return true;
+        in_flight_ = books_.pop(current_);
+        return in_flight_;
+    }
+
+    [[nodiscard]] bool unmapping() const DU_REQUIRES(mutex_) { return current_.unmapped < current_.length; }
+
+    [[nodiscard]] std::size_t next_chunk() const DU_REQUIRES(mutex_) {
+        return std::min(chunk_bytes_, current_.length - current_.unmapped);
+    }
+
+    [[nodiscard]] std::chrono::nanoseconds predict_next() const DU_REQUIRES(mutex_) {
+        return unmapping() ? model_.predict_unmap(next_chunk()) : model_.predict_close(current_.close_bytes);
+    }
+
+    // Runs the current item's next step, learns from its time and books it; returns the time after.
+    time_point timed_step(time_point before, drain_report& report, step_site site) DU_REQUIRES(mutex_) {
+        step_outcome step;
+        step.site = site;
+        const bool unmap_step = unmapping();
+        const std::size_t bytes = unmap_step ? next_chunk() : current_.close_bytes;
+        if (unmap_step) {
+            unmap(current_.addr + current_.unmapped, bytes, current_.length - current_.unmapped, step);
+            current_.unmapped += step.advanced;
+        } else {
+            step.closed = true;
+            step.close_errors = close_once<Os>(current_.fd, options_.on_error);
+        }
+        const time_point after = Clock::now();
+        step.took = elapsed<Clock>(before, after);
+        const bool clean = step.unmap_errors == 0 && step.close_errors == 0;
+        if (clean && unmap_step) model_.learn_unmap(bytes, step.took);
+        if (clean && !unmap_step) model_.learn_close(bytes, step.took);
+        step.item_done = !unmapping() && (current_.fd < 0 || !unmap_step);
+        if (step.item_done) in_flight_ = false;
+        ++report.steps;
+        report.bytes_unmapped += step.freed;
+        report.fds_closed += step.closed ? 1 : 0;
+        report.errors += step.unmap_errors + step.close_errors;
+        books_.record_step(step, model_, after);
+        return after;
+    }
+
+    // One munmap of `bytes` at `at`; on failure, one munmap of the whole `rest`, so nothing is lost to
+    // a split VMA. Fills the unmap fields of `step`.
+    void unmap(std::byte* at, std::size_t bytes, std::size_t rest, step_outcome& step) noexcept {
+        step.advanced = step.freed = bytes;
+        const int error = Os::unmap(at, bytes);
+        if (error == 0) return;
+        ++step.unmap_errors;
+        step.advanced = rest;
+        step.freed = rest;
+        const int retry = rest > bytes ? Os::unmap(at, rest) : error;
+        step.fallback = rest > bytes;
+        report_error(options_.on_error, {reclaim_error::operation::unmap, error, at, bytes, -1, retry == 0});
+        if (retry == 0) return;
+        if (rest > bytes) {
+            ++step.unmap_errors;
+            report_error(options_.on_error, {reclaim_error::operation::unmap, retry, at, rest, -1, false});
+        }
+        step.leaked = rest;
+        step.freed = 0;
+    }
+
+    backlog<Clock>& books_;
+    const reclaim_options& options_;
+    const std::size_t chunk_bytes_;
+
+    timed_mutex mutex_;
+    reclaim_item current_ DU_GUARDED_BY(mutex_){};
+    bool in_flight_ DU_GUARDED_BY(mutex_) = false;
+    cost_model model_ DU_GUARDED_BY(mutex_);
+};
+
+}  // namespace deferred_unmap::detail

@@ -1,0 +1,62 @@
+// deferred_unmap/reclaim_options.hpp - how a reclaim_queue is set up, and the check it makes.
+//
+// Guarantees: validate() accepts exactly the options a queue's constructor accepts; a queue built
+// from options validate() refused throws std::system_error (EINVAL), so a host built without
+// exceptions checks first. Plain data, copyable.
+//
+//   deferred_unmap::reclaim_options options;               // close_on_worker: the recommended mode
+//   options.prior.unmap_ns_per_byte = 0.012;                // a tuned desktop
+//   if (auto ec = deferred_unmap::validate(options)) log("bad options: %s", ec.message().c_str());
+//   deferred_unmap::reclaim_queue queue{std::move(options)};
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <limits>
+#include <system_error>
+
+#include "cost_model.hpp"
+#include "stats.hpp"
+
+namespace deferred_unmap {
+
+struct reclaim_options {
+    /// Largest munmap per step, rounded up to whole pages. 2 MiB steps cost ~8% more in total than one
+    /// munmap of a 19.8 MiB pool; 512 KiB steps ~30%.
+    std::size_t unmap_chunk_bytes = std::size_t{2} << 20;
+    /// Hard cap on mapped bytes waiting; a push beyond it reclaims the oldest at once until it fits.
+    std::size_t max_pending_bytes = std::numeric_limits<std::size_t>::max();
+    /// How long work may wait without a drain; see next_deadline(). A negative value counts as zero.
+    std::chrono::nanoseconds max_delay = std::chrono::milliseconds{100};
+    /// A worker thread makes the close() calls after drain has unmapped; drain's budget covers munmap
+    /// only. The default: the frame thread keeps every mmap_lock hold short and its own, and the larger
+    /// part of the work (close frees the pages, with no mmap_lock) leaves it.
+    bool close_on_worker = true;
+    /// The worker makes every call, one chunk at a time with worker_pause between chunks; drain only
+    /// hands work over. Implies a worker.
+    bool unmap_on_worker = false;
+    /// With close_on_worker alone, the worker runs under SCHED_IDLE (Linux; elsewhere ignored): it takes
+    /// no mmap_lock, so however late it runs it cannot make the frame thread's mmap() wait. Ignored with
+    /// unmap_on_worker: a worker preempted while it holds mmap_lock would stall every mmap and page
+    /// fault of the process behind it, so the unmapping worker keeps the creating thread's priority.
+    bool low_priority_closes = false;
+    /// Gap the worker leaves between munmap chunks, so a waiting mmap() gets the lock.
+    std::chrono::nanoseconds worker_pause = std::chrono::microseconds{100};
+    /// Where the cost model starts. Must be valid(): finite, non-negative.
+    cost_model prior{};
+    /// Items reserved up front, so pushes allocate nothing until a burst exceeds it.
+    std::size_t initial_capacity = 64;
+    /// Called for each failed munmap/close, on the thread that made the call (possibly two at once).
+    /// Must be thread-safe; must not throw into the queue or call back into it.
+    std::function<void(const reclaim_error&)> on_error{};
+};
+
+/// Empty when a queue accepts `options`; std::errc::invalid_argument when the prior is not valid()
+/// (negative, NaN or infinite). O(1), no allocation.
+[[nodiscard]] inline std::error_code validate(const reclaim_options& options) noexcept {
+    if (!options.prior.valid()) return std::make_error_code(std::errc::invalid_argument);
+    return {};
+}
+
+}  // namespace deferred_unmap
