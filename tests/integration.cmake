@@ -10,6 +10,12 @@ set_target_properties(test_c_api PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON
 target_link_libraries(test_c_api PRIVATE deferred_unmap::c deferred_unmap_warnings)
 add_test(NAME test_c_api COMMAND test_c_api)
 
+# A real signal beside the worker thread, read from a signalfd as wlroots compositors do.
+add_executable(test_c_api_signals c_api/signal_test.c)
+set_target_properties(test_c_api_signals PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
+target_link_libraries(test_c_api_signals PRIVATE deferred_unmap::c deferred_unmap_warnings)
+add_test(NAME test_c_api_signals COMMAND test_c_api_signals)
+
 # The C API's definitions also compile for hosts built without exceptions.
 add_library(c_api_no_exceptions OBJECT ${PROJECT_SOURCE_DIR}/src/c_api.cpp)
 target_link_libraries(c_api_no_exceptions PRIVATE deferred_unmap::deferred_unmap deferred_unmap_warnings)

@@ -6,14 +6,25 @@
  * everything with the caller. Definitions: <deferred_unmap/c_api_impl.hpp>, included by exactly one
  * C++ source of the host, or the ready static library (CMake deferred_unmap::c, Meson deferred_unmap_c).
  *
- *   du_queue *q = du_queue_create(NULL);                  // defaults; NULL + errno on failure
+ *   du_queue_options opts;
+ *   du_queue_options_init(&opts);                         // defaults: closes on a worker thread
+ *   opts.on_error = log_reclaim_error;                    // optional, with opts.on_error_data
+ *   du_queue *q = du_queue_create_with(&opts);            // NULL + errno on failure
  *   du_queue_push_region(q, pool->fd, pool->data, pool->size);   // wl_shm_pool gone: O(1), no syscall
  *   du_queue_drain(q, 1000000);                           // frame-commit hook: ~1 ms of teardown
- *   int64_t when = du_queue_next_deadline_ns(q);          // CLOCK_MONOTONIC idle timer, -1: disarm
+ *   wl_event_source_timer_update(idle, du_queue_ms_until_deadline(q) + 1);  // -1 + 1 = 0: disarm
+ *   wl_event_loop_add_fd(loop, du_queue_worker_fd(q), WL_EVENT_READABLE, worker_done, q);
  *   du_queue_destroy(q);                                  // flushes the rest
  *
- * Threads: push, next_deadline_ns and pending_bytes may be called from any thread; drain and flush from
- * any thread but one at a time; create and destroy from one thread with no other call in flight.
+ * Threads: push, next_deadline_ns, ms_until_deadline, pending_*, stats and the worker calls may be
+ * called from any thread; drain, drain_until and flush from any thread (they run one at a time, a
+ * drain waiting at most its budget); create and destroy from one thread with no other call in flight.
+ * The worker thread starts with every asynchronous signal blocked, so a signalfd or
+ * wl_event_loop_add_signal() in the host keeps receiving its signals, and is named du-reclaim.
+ *
+ * Binary compatibility: du_queue_options and du_stats carry their size, set by the init macros from
+ * the caller's header, so a library built from a newer header reads and fills only what the caller
+ * knows of; du_options, du_options_init and du_queue_create keep their first layout.
  */
 #ifndef DEFERRED_UNMAP_C_API_H
 #define DEFERRED_UNMAP_C_API_H
@@ -38,6 +49,56 @@ typedef struct du_options {
     int unmap_on_worker;      /* nonzero: the worker makes every call; drain only hands work over */
 } du_options;
 
+/* One failed system call during teardown; the resource it belongs to is still accounted for. */
+typedef struct du_error {
+    int op;          /* DU_OP_UNMAP or DU_OP_CLOSE */
+    int error;       /* the errno value */
+    void *addr;      /* the range passed to munmap (unmap only) */
+    size_t length;
+    int fd;          /* the descriptor passed to close (close only) */
+    int recovered;   /* nonzero: a failed chunk whose fallback (unmapping the whole rest) succeeded */
+} du_error;
+
+#define DU_OP_UNMAP 0
+#define DU_OP_CLOSE 1
+
+/* Called for each failed munmap/close, on the thread that made it (possibly two at once): must be
+ * thread-safe and must not call into the queue. `data` is on_error_data. */
+typedef void (*du_error_fn)(void *data, const du_error *error);
+
+/* Growable options: new fields are only ever added at the end. Fill with du_queue_options_init. */
+typedef struct du_queue_options {
+    size_t size;                /* sizeof(du_queue_options) as the caller compiled it: the init macro sets it */
+    size_t unmap_chunk_bytes;   /* largest munmap per step (rounded up to pages); must be > 0 */
+    size_t max_pending_bytes;   /* a push beyond this reclaims the oldest at once; SIZE_MAX: no cap */
+    int64_t max_delay_ns;       /* how long work may wait without a drain; must be >= 0 */
+    int close_on_worker;        /* nonzero (default): a worker thread makes the close() calls */
+    int unmap_on_worker;        /* nonzero: the worker makes every call; drain only hands work over */
+    int low_priority_closes;    /* nonzero: a close-only worker runs under SCHED_IDLE */
+    int64_t worker_pause_ns;    /* gap the unmapping worker leaves between chunks; >= 0 */
+    double unmap_ns_per_byte;   /* cost model prior; finite and >= 0 */
+    double close_ns_per_byte;   /* cost model prior; finite and >= 0 */
+    int64_t call_overhead_ns;   /* cost model prior; >= 0 */
+    size_t initial_capacity;    /* items reserved up front */
+    du_error_fn on_error;       /* NULL: errors are only counted */
+    void *on_error_data;
+} du_queue_options;
+
+/* Totals since the queue was made, and the last burst (from a push into an empty queue until it was
+ * empty again). Growable like du_queue_options; fill with du_queue_stats(). */
+typedef struct du_stats {
+    size_t size; /* sizeof(du_stats) as the caller compiled it: the du_queue_stats macro sets it */
+    uint64_t items_pushed, bytes_pushed, items_reclaimed, bytes_unmapped, fds_closed;
+    uint64_t drains, busy_drains, steps, worker_steps, cap_steps, synchronous_pushes;
+    uint64_t unmap_errors, close_errors, fallback_unmaps, bytes_leaked;
+    uint64_t peak_pending_bytes, peak_pending_items;
+    int64_t drain_p50_ns, drain_p99_ns, drain_max_ns; /* drains that ran a step */
+    int64_t step_p99_ns, step_max_ns;                  /* steps on the draining thread */
+    uint64_t bursts;                                   /* bursts completed */
+    uint64_t burst_items, burst_bytes, burst_drains;   /* the last burst */
+    int64_t burst_duration_ns, burst_worst_drain_ns;
+} du_stats;
+
 typedef struct du_drain_report {
     size_t steps;          /* munmap and close calls this drain made on the calling thread */
     size_t bytes_unmapped; /* page-rounded bytes this drain unmapped */
@@ -47,7 +108,8 @@ typedef struct du_drain_report {
     size_t pending_items;  /* resources not yet fully torn down when it returned */
 } du_drain_report;
 
-/* Fills `opts` with the library's defaults; NULL is a no-op. No allocation, no syscall. */
+/* Fills `opts` with the library's defaults; NULL is a no-op. No allocation, no syscall. Since du_options
+ * cannot grow, it has no cost-model, priority or error-callback fields: use du_queue_options for those. */
 void du_options_init(du_options *opts) DU_NOEXCEPT;
 
 /* A new queue (NULL opts = defaults). Allocates; starts a thread if asked. NULL + errno on failure:
@@ -83,6 +145,40 @@ int64_t du_queue_next_deadline_ns(const du_queue *q) DU_NOEXCEPT;
 
 /* Mapped bytes still waiting to be unmapped; 0 for NULL. Any thread, O(1). */
 size_t du_queue_pending_bytes(const du_queue *q) DU_NOEXCEPT;
+
+/* Fills the first `size` bytes of `opts` with the defaults and sets opts->size = size; use the macro. */
+void du_queue_options_init_sized(du_queue_options *opts, size_t size) DU_NOEXCEPT;
+#define du_queue_options_init(opts) du_queue_options_init_sized((opts), sizeof *(opts))
+
+/* A new queue from options filled by du_queue_options_init (NULL: defaults). NULL + errno on failure:
+ * EINVAL (size too small, zero unmap_chunk_bytes, a negative delay or pause, a negative, NaN or infinite
+ * prior), ENOMEM, EAGAIN (no thread), EMFILE/ENFILE (no pipe for the worker's descriptor). */
+du_queue *du_queue_create_with(const du_queue_options *opts) DU_NOEXCEPT;
+
+/* Items not yet fully torn down, the worker's share included; 0 for NULL. Any thread, O(1). */
+size_t du_queue_pending_items(const du_queue *q) DU_NOEXCEPT;
+
+/* Runs steps while each is predicted to end by `deadline_ns` (CLOCK_MONOTONIC); never starts one that
+ * is not, not even a first one; never waits past the deadline for another thread's steps. NULL q: an
+ * all-zero report. */
+du_drain_report du_queue_drain_until(du_queue *q, int64_t deadline_ns) DU_NOEXCEPT;
+
+/* Milliseconds until the next deadline, rounded up, 0 when it has passed, -1 when nothing waits for a
+ * drain or q is NULL: what wl_event_source_timer_update wants (there, 0 disarms: add 1 and arm only
+ * when this is >= 0). Any thread. */
+int du_queue_ms_until_deadline(const du_queue *q) DU_NOEXCEPT;
+
+/* A descriptor that becomes readable when the worker runs out of work (then look at pending_items and
+ * the deadline again); -1 without a worker or for NULL. Poll it for reading; do not read or close it. */
+int du_queue_worker_fd(const du_queue *q) DU_NOEXCEPT;
+
+/* Empties du_queue_worker_fd(); call it when the descriptor fires, before looking at the queue. */
+void du_queue_worker_clear(du_queue *q) DU_NOEXCEPT;
+
+/* Fills the first `size` bytes of `out` and sets out->size; use the macro. NULL q: zeroes. Any thread;
+ * a short lock, never waits for a step. */
+void du_queue_stats_sized(const du_queue *q, du_stats *out, size_t size) DU_NOEXCEPT;
+#define du_queue_stats(q, out) du_queue_stats_sized((q), (out), sizeof *(out))
 
 #ifdef __cplusplus
 }

@@ -12,8 +12,13 @@
 //   #include <deferred_unmap/c_api.h>
 #pragma once
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
 #include <new>
 #include <system_error>
 #include <utility>
@@ -42,6 +47,103 @@ inline reclaim_options to_options(const du_options& opts) noexcept {
 
 inline bool valid(const du_options& opts) noexcept { return opts.unmap_chunk_bytes > 0 && opts.max_delay_ns >= 0; }
 
+inline du_queue_options defaults() noexcept {
+    const reclaim_options d;
+    du_queue_options opts{};
+    opts.size = sizeof opts;
+    opts.unmap_chunk_bytes = d.unmap_chunk_bytes;
+    opts.max_pending_bytes = d.max_pending_bytes;
+    opts.max_delay_ns = d.max_delay.count();
+    opts.close_on_worker = d.close_on_worker ? 1 : 0;
+    opts.unmap_on_worker = d.unmap_on_worker ? 1 : 0;
+    opts.low_priority_closes = d.low_priority_closes ? 1 : 0;
+    opts.worker_pause_ns = d.worker_pause.count();
+    opts.unmap_ns_per_byte = d.prior.unmap_ns_per_byte;
+    opts.close_ns_per_byte = d.prior.close_ns_per_byte;
+    opts.call_overhead_ns = d.prior.call_overhead.count();
+    opts.initial_capacity = d.initial_capacity;
+    return opts;
+}
+
+// What a caller compiled against an older header passed: its fields over the defaults of the rest.
+inline bool read_sized(const du_queue_options* given, du_queue_options& out) noexcept {
+    out = defaults();
+    if (given == nullptr) return true;
+    if (given->size < offsetof(du_queue_options, unmap_chunk_bytes)) return false;
+    std::memcpy(&out, given, std::min(given->size, sizeof out));
+    out.size = sizeof out;
+    return true;
+}
+
+inline reclaim_options to_options(const du_queue_options& opts) noexcept {
+    reclaim_options options;
+    options.unmap_chunk_bytes = opts.unmap_chunk_bytes;
+    options.max_pending_bytes = opts.max_pending_bytes;
+    options.max_delay = std::chrono::nanoseconds{opts.max_delay_ns};
+    options.close_on_worker = opts.close_on_worker != 0;
+    options.unmap_on_worker = opts.unmap_on_worker != 0;
+    options.low_priority_closes = opts.low_priority_closes != 0;
+    options.worker_pause = std::chrono::nanoseconds{opts.worker_pause_ns};
+    options.prior.unmap_ns_per_byte = opts.unmap_ns_per_byte;
+    options.prior.close_ns_per_byte = opts.close_ns_per_byte;
+    options.prior.call_overhead = std::chrono::nanoseconds{opts.call_overhead_ns};
+    options.initial_capacity = opts.initial_capacity;
+    if (opts.on_error != nullptr) {
+        options.on_error = [fn = opts.on_error, data = opts.on_error_data](const reclaim_error& e) {
+            const du_error error{e.op == reclaim_error::operation::unmap ? DU_OP_UNMAP : DU_OP_CLOSE, e.error, e.addr,
+                                 e.length, e.fd, e.recovered ? 1 : 0};
+            fn(data, &error);
+        };
+    }
+    return options;
+}
+
+inline bool valid(const du_queue_options& opts) noexcept {
+    return opts.unmap_chunk_bytes > 0 && opts.max_delay_ns >= 0 && opts.worker_pause_ns >= 0 &&
+           !validate(to_options(opts));
+}
+
+inline std::int64_t ns(std::chrono::nanoseconds d) noexcept { return d.count(); }
+
+inline du_stats to_c(const reclaim_stats& s) noexcept {
+    du_stats out{};
+    out.size = sizeof out;
+    out.items_pushed = s.items_pushed;
+    out.bytes_pushed = s.bytes_pushed;
+    out.items_reclaimed = s.items_reclaimed;
+    out.bytes_unmapped = s.bytes_unmapped;
+    out.fds_closed = s.fds_closed;
+    out.drains = s.drains;
+    out.busy_drains = s.busy_drains;
+    out.steps = s.steps;
+    out.worker_steps = s.worker_steps;
+    out.cap_steps = s.cap_steps;
+    out.synchronous_pushes = s.synchronous_pushes;
+    out.unmap_errors = s.unmap_errors;
+    out.close_errors = s.close_errors;
+    out.fallback_unmaps = s.fallback_unmaps;
+    out.bytes_leaked = s.bytes_leaked;
+    out.peak_pending_bytes = s.peak_pending_bytes;
+    out.peak_pending_items = s.peak_pending_items;
+    out.drain_p50_ns = ns(s.drain_durations.quantile(0.5));
+    out.drain_p99_ns = ns(s.drain_durations.quantile(0.99));
+    out.drain_max_ns = ns(s.drain_durations.max());
+    out.step_p99_ns = ns(s.step_durations.quantile(0.99));
+    out.step_max_ns = ns(s.step_durations.max());
+    out.bursts = s.bursts;
+    out.burst_items = s.last_burst.items;
+    out.burst_bytes = s.last_burst.bytes;
+    out.burst_drains = s.last_burst.drains;
+    out.burst_duration_ns = ns(s.last_burst.duration);
+    out.burst_worst_drain_ns = ns(s.last_burst.worst_drain);
+    return out;
+}
+
+inline du_drain_report to_c(const drain_report& report) noexcept {
+    return du_drain_report{report.steps, report.bytes_unmapped, report.fds_closed, report.elapsed.count(),
+                           report.pending_bytes, report.pending_items};
+}
+
 // The same checks as mapping::adopt, which then owns the range; nothing is taken when they fail.
 inline mapping adopt(void* addr, std::size_t length, bool& ok) noexcept {
     std::error_code ec;
@@ -55,10 +157,10 @@ inline int errno_of(const std::system_error& error) noexcept {
     return error.code().category() == std::system_category() && error.code().value() > 0 ? error.code().value() : EAGAIN;
 }
 
-inline du_queue* create(const du_options& opts) noexcept {
+inline du_queue* create(reclaim_options options) noexcept {
 #if DEFERRED_UNMAP_HAS_EXCEPTIONS
     try {
-        return new du_queue{to_options(opts)};
+        return new du_queue{std::move(options)};
     } catch (const std::system_error& error) {  // no thread for the worker
         errno = errno_of(error);
     } catch (...) {  // std::bad_alloc: nothing else is thrown on the way
@@ -66,7 +168,7 @@ inline du_queue* create(const du_options& opts) noexcept {
     }
     return nullptr;
 #else
-    du_queue* q = new (std::nothrow) du_queue{to_options(opts)};
+    du_queue* q = new (std::nothrow) du_queue{std::move(options)};
     if (q == nullptr) errno = ENOMEM;
     return q;
 #endif
@@ -99,7 +201,57 @@ du_queue* du_queue_create(const du_options* opts) noexcept {
         errno = EINVAL;
         return nullptr;
     }
-    return deferred_unmap::detail::c_api::create(chosen);
+    return deferred_unmap::detail::c_api::create(deferred_unmap::detail::c_api::to_options(chosen));
+}
+
+void du_queue_options_init_sized(du_queue_options* opts, size_t size) noexcept {
+    if (opts == nullptr) return;
+    const du_queue_options defaults = deferred_unmap::detail::c_api::defaults();
+    std::memcpy(opts, &defaults, std::min(size, sizeof defaults));
+    if (size >= sizeof opts->size) opts->size = size;
+}
+
+du_queue* du_queue_create_with(const du_queue_options* opts) noexcept {
+    namespace c_api = deferred_unmap::detail::c_api;
+    du_queue_options chosen;
+    if (!c_api::read_sized(opts, chosen) || !c_api::valid(chosen)) {
+        errno = EINVAL;
+        return nullptr;
+    }
+    return c_api::create(c_api::to_options(chosen));
+}
+
+size_t du_queue_pending_items(const du_queue* q) noexcept { return q == nullptr ? 0 : q->queue.pending_items(); }
+
+du_drain_report du_queue_drain_until(du_queue* q, int64_t deadline_ns) noexcept {
+    if (q == nullptr) return du_drain_report{};
+    const deferred_unmap::reclaim_queue::time_point deadline{std::chrono::nanoseconds{deadline_ns}};
+    return deferred_unmap::detail::c_api::to_c(q->queue.drain_until(deadline));
+}
+
+int du_queue_ms_until_deadline(const du_queue* q) noexcept {
+    if (q == nullptr) return -1;
+    const auto deadline = q->queue.next_deadline();
+    if (deadline == deferred_unmap::reclaim_queue::time_point::max()) return -1;
+    const auto left = deadline - deferred_unmap::reclaim_queue::clock::now();
+    if (left <= decltype(left)::zero()) return 0;
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+    return static_cast<int>(std::min<std::int64_t>(ms, std::numeric_limits<int>::max()));
+}
+
+int du_queue_worker_fd(const du_queue* q) noexcept { return q == nullptr ? -1 : q->queue.worker_done_fd(); }
+
+void du_queue_worker_clear(du_queue* q) noexcept {
+    if (q != nullptr) q->queue.clear_worker_done();
+}
+
+void du_queue_stats_sized(const du_queue* q, du_stats* out, size_t size) noexcept {
+    if (out == nullptr) return;
+    du_stats filled{};
+    filled.size = sizeof filled;
+    if (q != nullptr) filled = deferred_unmap::detail::c_api::to_c(q->queue.stats());
+    std::memcpy(out, &filled, std::min(size, sizeof filled));
+    if (size >= sizeof out->size) out->size = size;
 }
 
 void du_queue_destroy(du_queue* q) noexcept { delete q; }
@@ -130,9 +282,7 @@ int du_queue_push_fd(du_queue* q, int fd) noexcept {
 
 du_drain_report du_queue_drain(du_queue* q, int64_t budget_ns) noexcept {
     if (q == nullptr) return du_drain_report{};
-    const deferred_unmap::drain_report report = q->queue.drain(std::chrono::nanoseconds{budget_ns});
-    return du_drain_report{report.steps, report.bytes_unmapped, report.fds_closed, report.elapsed.count(),
-                           report.pending_bytes, report.pending_items};
+    return deferred_unmap::detail::c_api::to_c(q->queue.drain(std::chrono::nanoseconds{budget_ns}));
 }
 
 void du_queue_flush(du_queue* q) noexcept {

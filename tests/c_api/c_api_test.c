@@ -6,8 +6,11 @@
 #include <deferred_unmap/c_api.h>
 
 #include <dirent.h>
+#include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -87,10 +90,12 @@ static int64_t monotonic_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* An inline queue (no worker): every call on the draining thread, so the order reads between drains. */
 static du_queue *queue_with_chunk(size_t chunk) {
     du_options opts;
     du_options_init(&opts);
     opts.unmap_chunk_bytes = chunk;
+    opts.close_on_worker = 0;
     du_queue *q = du_queue_create(&opts);
     CHECK(q != NULL);
     return q;
@@ -103,7 +108,7 @@ static void test_defaults_are_the_librarys(void) {
     CHECK(opts.unmap_chunk_bytes == (size_t)2 << 20);
     CHECK(opts.max_pending_bytes == SIZE_MAX);
     CHECK(opts.max_delay_ns == 100000000);
-    CHECK(opts.close_on_worker == 0);
+    CHECK(opts.close_on_worker == 1); /* the recommended mode */
     CHECK(opts.unmap_on_worker == 0);
     du_options_init(NULL);
     du_queue *q = du_queue_create(NULL);
@@ -181,6 +186,12 @@ static void test_bare_mappings_and_descriptors_are_taken_too(void) {
     du_queue_destroy(q);
 }
 
+/* Waits for the worker's descriptor, as wl_event_loop_add_fd would; 0 when it did not fire in time. */
+static int worker_fired(du_queue *q, int timeout_ms) {
+    struct pollfd done = {du_queue_worker_fd(q), POLLIN, 0};
+    return poll(&done, 1, timeout_ms) == 1;
+}
+
 static void test_the_worker_modes_reclaim_everything(void) {
     for (int mode = 0; mode < 2; ++mode) {
         du_options opts;
@@ -189,16 +200,29 @@ static void test_the_worker_modes_reclaim_everything(void) {
         opts.unmap_on_worker = mode == 1;
         du_queue *q = du_queue_create(&opts);
         CHECK(q != NULL);
+        CHECK(du_queue_worker_fd(q) >= 0);
         pool a = make_pool("du-worker-a", 16);
         pool b = make_pool("du-worker-b", 16);
         CHECK(du_queue_push_region(q, a.fd, a.addr, a.length) == 0);
         CHECK(du_queue_push_region(q, b.fd, b.addr, b.length) == 0);
         du_drain_report r = du_queue_drain(q, 1000000);
-        CHECK(r.fds_closed == 0); /* closes belong to the worker */
-        du_queue_flush(q);
-        CHECK(du_queue_pending_bytes(q) == 0);
+        CHECK(r.fds_closed == 0); /* closes belong to the worker in both modes */
+        if (mode == 0) {
+            CHECK(r.steps == 2 && r.bytes_unmapped == a.length + b.length); /* this thread unmapped */
+            CHECK(mapped_bytes(a.name) == 0 && mapped_bytes(b.name) == 0);
+        } else {
+            CHECK(r.steps == 0); /* this thread made no call at all */
+        }
+        /* Nothing waits for a drain now: only the worker's descriptor says when it is over. */
+        CHECK(du_queue_ms_until_deadline(q) == -1);
+        while (du_queue_pending_items(q) > 0 && worker_fired(q, 10000)) du_queue_worker_clear(q);
+        CHECK(du_queue_pending_items(q) == 0);
         CHECK(mapped_bytes(a.name) == 0 && mapped_bytes(b.name) == 0);
         CHECK(!is_open(a.fd) && !is_open(b.fd));
+        du_stats s;
+        du_queue_stats(q, &s);
+        CHECK(s.worker_steps == (mode == 0 ? 2u : 4u));
+        CHECK(s.fds_closed == 2);
         du_queue_destroy(q);
     }
 }
@@ -309,6 +333,107 @@ static void test_bad_options_and_null_queues_are_refused_quietly(void) {
     CHECK(du_queue_pending_bytes(NULL) == 0);
 }
 
+static void test_options_grow_without_breaking_older_callers(void) {
+    du_queue_options opts;
+    memset(&opts, 0xff, sizeof opts);
+    du_queue_options_init(&opts);
+    CHECK(opts.size == sizeof opts);
+    CHECK(opts.close_on_worker == 1 && opts.unmap_on_worker == 0 && opts.low_priority_closes == 0);
+    CHECK(opts.unmap_chunk_bytes == (size_t)2 << 20 && opts.on_error == NULL);
+    /* A caller built when the struct ended after unmap_on_worker: the rest takes the defaults. */
+    du_queue_options old;
+    memset(&old, 0xff, sizeof old);
+    const size_t old_size = offsetof(du_queue_options, low_priority_closes);
+    du_queue_options_init_sized(&old, old_size);
+    CHECK(old.size == old_size);
+    CHECK(old.low_priority_closes != 0); /* untouched: beyond what that caller knows of */
+    old.close_on_worker = 0;
+    du_queue *q = du_queue_create_with(&old);
+    CHECK(q != NULL);
+    CHECK(du_queue_worker_fd(q) == -1);
+    du_queue_destroy(q);
+    old.size = 4; /* not even the first field */
+    errno = 0;
+    CHECK(du_queue_create_with(&old) == NULL && errno == EINVAL);
+    q = du_queue_create_with(NULL);
+    CHECK(q != NULL && du_queue_worker_fd(q) >= 0);
+    du_queue_destroy(q);
+}
+
+static void test_bad_priors_are_refused(void) {
+    const double bad[] = {-1.0, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        du_queue_options opts;
+        du_queue_options_init(&opts);
+        opts.unmap_ns_per_byte = bad[i];
+        errno = 0;
+        CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
+    }
+    du_queue_options opts;
+    du_queue_options_init(&opts);
+    opts.call_overhead_ns = -1;
+    errno = 0;
+    CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
+}
+
+static int errors_seen;
+static int last_errno;
+static void count_error(void *data, const du_error *error) {
+    CHECK(data == &errors_seen);
+    ++errors_seen;
+    last_errno = error->op == DU_OP_CLOSE ? error->error : -1;
+}
+
+static void test_errors_reach_the_callback_and_the_stats(void) {
+    du_queue_options opts;
+    du_queue_options_init(&opts);
+    opts.close_on_worker = 0;
+    opts.on_error = count_error;
+    opts.on_error_data = &errors_seen;
+    du_queue *q = du_queue_create_with(&opts);
+    CHECK(q != NULL);
+    const int fd = memfd_create("du-error", MFD_CLOEXEC);
+    CHECK(du_queue_push_fd(q, fd) == 0);
+    CHECK(close(fd) == 0); /* a host bug: the queue's own close now fails with EBADF */
+    du_queue_flush(q);
+    CHECK(errors_seen == 1 && last_errno == EBADF);
+    du_stats s;
+    du_queue_stats(q, &s);
+    CHECK(s.size == sizeof s);
+    CHECK(s.close_errors == 1 && s.items_reclaimed == 1);
+    du_queue_destroy(q);
+}
+
+static void test_drain_until_stats_and_the_deadline_in_milliseconds(void) {
+    du_queue_options opts;
+    du_queue_options_init(&opts);
+    opts.close_on_worker = 0;
+    opts.max_delay_ns = 40000000;
+    opts.unmap_chunk_bytes = page;
+    du_queue *q = du_queue_create_with(&opts);
+    CHECK(q != NULL);
+    CHECK(du_queue_ms_until_deadline(q) == -1);
+    pool p = make_pool("du-until", 8);
+    CHECK(du_queue_push_region(q, p.fd, p.addr, p.length) == 0);
+    const int ms = du_queue_ms_until_deadline(q);
+    CHECK(ms > 30 && ms <= 40);
+    CHECK(du_queue_pending_items(q) == 1);
+    /* Already late: nothing may start, not even a first step. */
+    du_drain_report r = du_queue_drain_until(q, monotonic_ns() - 1000000);
+    CHECK(r.steps == 0 && mapped_bytes(p.name) == p.length);
+    r = du_queue_drain_until(q, monotonic_ns() + 1000000000);
+    CHECK(r.steps == 9 && du_queue_pending_items(q) == 0);
+    du_stats s;
+    du_queue_stats(q, &s);
+    CHECK(s.bursts == 1 && s.burst_items == 1 && s.burst_bytes == p.length && s.burst_drains == 1);
+    CHECK(s.burst_duration_ns > 0 && s.burst_worst_drain_ns > 0);
+    du_queue_stats(NULL, &s);
+    CHECK(s.items_pushed == 0 && s.size == sizeof s);
+    CHECK(du_queue_pending_items(NULL) == 0 && du_queue_worker_fd(NULL) == -1 && du_queue_ms_until_deadline(NULL) == -1);
+    du_queue_destroy(q);
+    CHECK(!is_open(p.fd));
+}
+
 int main(void) {
     page = (size_t)sysconf(_SC_PAGESIZE);
     const int fds_at_start = open_fds();
@@ -324,6 +449,10 @@ int main(void) {
     test_the_deadline_is_max_delay_after_the_push_in_monotonic_ns();
     test_bad_arguments_get_einval_and_the_caller_keeps_everything();
     test_bad_options_and_null_queues_are_refused_quietly();
+    test_options_grow_without_breaking_older_callers();
+    test_bad_priors_are_refused();
+    test_errors_reach_the_callback_and_the_stats();
+    test_drain_until_stats_and_the_deadline_in_milliseconds();
 
     CHECK(open_fds() == fds_at_start);
     CHECK(mapped_matching("/memfd:du-") == 0);
