@@ -6,6 +6,7 @@
 #include "test_support.hpp"
 
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/timerfd.h>
 
 #include <atomic>
@@ -57,6 +58,10 @@ TEST_CASE("worker: named du-reclaim, every asynchronous signal blocked, the crea
     sigset_t before;
     ::pthread_sigmask(SIG_SETMASK, nullptr, &before);
     du::reclaim_queue q;  // the default mode starts the worker
+    q.push(real_pool(std::size_t{1} << 20));
+    CHECK(q.drain(1s).fds_handed_off == 1);
+    REQUIRE(q.wait_for_worker(10s));  // the worker has made the close: its start-up mask is gone
+    REQUIRE(q.stats().worker_steps == 1);
     const auto ids = tasks_named("du-reclaim");
     REQUIRE(ids.size() == 1);
     const unsigned long long blocked = std::stoull(task_status(ids[0], "SigBlk"), nullptr, 16);
@@ -70,20 +75,23 @@ TEST_CASE("worker: named du-reclaim, every asynchronous signal blocked, the crea
     for (int sig = 1; sig < 32; ++sig) CHECK(::sigismember(&before, sig) == ::sigismember(&after, sig));
 }
 
-TEST_CASE("worker: low_priority_closes puts a close-only worker under SCHED_IDLE, never an unmapping one") {
-    const auto policy_of_worker = [] {
+TEST_CASE("worker: low_priority_closes lowers a close-only worker, never an unmapping one") {
+    const auto nice_of_worker = [] {
         const auto ids = tasks_named("du-reclaim");
         REQUIRE(ids.size() == 1);
-        return ::sched_getscheduler(std::stoi(ids[0]));
+        return ::getpriority(PRIO_PROCESS, static_cast<id_t>(std::stoi(ids[0])));
     };
+    const int own = ::getpriority(PRIO_PROCESS, 0);
     {
         du::reclaim_queue q{{.low_priority_closes = true}};
-        for (int spins = 0; spins < 1000 && policy_of_worker() != SCHED_IDLE; ++spins) std::this_thread::sleep_for(1ms);
-        CHECK(policy_of_worker() == SCHED_IDLE);
+        for (int spins = 0; spins < 1000 && nice_of_worker() == own; ++spins) std::this_thread::sleep_for(1ms);
+        CHECK(nice_of_worker() == 10);
     }
     du::reclaim_queue q{{.unmap_on_worker = true, .low_priority_closes = true}};
-    std::this_thread::sleep_for(20ms);
-    CHECK(policy_of_worker() == SCHED_OTHER);
+    q.push(real_pool(std::size_t{1} << 20));
+    q.drain(1ms);
+    REQUIRE(q.wait_for_worker(10s));  // the worker has run
+    CHECK(nice_of_worker() == own);
 }
 
 TEST_CASE("contention: a drain waits at most its budget for a push reclaiming over the cap on another thread") {
@@ -160,6 +168,23 @@ TEST_CASE("drain_until: a close that can never fit still goes, through the idle 
     CHECK(q.empty());
 }
 
+TEST_CASE("drain_until: a frame thread that is always too late does not keep the idle timer away") {
+    dt::reset().unmap_ns_per_byte = 0.05;
+    scripted_queue q{inline_mode({.max_delay = 50ms, .prior = exact(0.05, 0.0)})};
+    q.push(dt::make_region(20 * mib));
+    int idle_drains = 0;
+    for (int frame = 0; frame < 60 && !q.empty(); ++frame) {
+        dt::manual_clock::advance(16ms);
+        if (q.next_deadline() <= dt::manual_clock::now()) {  // the idle timer fires
+            q.drain(4ms);
+            ++idle_drains;
+        }
+        CHECK(q.drain_until(dt::manual_clock::now()).steps == 0);  // always late: starts nothing
+    }
+    CHECK(idle_drains > 0);
+    CHECK(q.empty());
+}
+
 TEST_CASE("cost model: one preempted step costs at most one frame, not ten") {
     auto& os = dt::reset();
     os.unmap_ns_per_byte = 0.05;  // a 2 MiB chunk: ~105 us, nine fit a 1 ms drain
@@ -200,6 +225,9 @@ TEST_CASE("cost model: priors that are negative, NaN or infinite are refused") {
     du::reclaim_options negative_overhead;
     negative_overhead.prior.call_overhead = -1ns;
     CHECK(du::validate(negative_overhead) == std::errc::invalid_argument);
+    du::reclaim_options huge_overhead;  // predictions would overflow and wrap to "fits"
+    huge_overhead.prior.call_overhead = std::chrono::nanoseconds::max();
+    CHECK(du::validate(huge_overhead) == std::errc::invalid_argument);
     CHECK_FALSE(du::validate(du::reclaim_options{}));
 }
 
@@ -227,6 +255,33 @@ TEST_CASE("bursts: the queue tells how many pools, how many bytes, how many drai
     q.flush();
     CHECK(q.stats().bursts == 2);
     CHECK(q.stats().last_burst.items == 1);
+}
+
+TEST_CASE("allocation failure: the new item goes after closes already handed to the worker") {
+    auto& os = dt::reset();
+    const auto me = std::this_thread::get_id();
+    os.cost = [me](const dt::os_call& c) {
+        if (c.op == call_kind::close && c.thread != me) std::this_thread::sleep_for(30ms);  // a slow worker
+        return 0ns;
+    };
+    scripted_queue q{{.initial_capacity = 16}};
+    q.push(dt::make_region(mib));
+    q.push(dt::make_region(mib));
+    CHECK(q.drain(1s).fds_handed_off == 2);  // both closes now wait on the worker
+    for (int i = 0; i < 16; ++i) q.push(dt::scripted_fd{os.open_fd()});  // the ring is full
+    dt::scripted_fd last{os.open_fd()};
+    const int last_fd = last.get();
+    {
+        const dt::allocation_failure no_heap;
+        q.push(std::move(last));
+    }
+    CHECK(q.empty());
+    const auto calls = os.calls();
+    REQUIRE_FALSE(calls.empty());
+    CHECK(calls.back().op == call_kind::close);
+    CHECK(calls.back().fd == last_fd);  // the newest went last
+    CHECK(os.open_fds() == 0);
+    CHECK(os.misuse() == 0);
 }
 
 // The loop README and 02_frame_hook show: a timer armed from next_deadline(), the worker's descriptor,

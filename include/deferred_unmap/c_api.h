@@ -74,7 +74,7 @@ typedef struct du_queue_options {
     int64_t max_delay_ns;       /* how long work may wait without a drain; must be >= 0 */
     int close_on_worker;        /* nonzero (default): a worker thread makes the close() calls */
     int unmap_on_worker;        /* nonzero: the worker makes every call; drain only hands work over */
-    int low_priority_closes;    /* nonzero: a close-only worker runs under SCHED_IDLE */
+    int low_priority_closes;    /* nonzero: a close-only worker runs at nice 10 */
     int64_t worker_pause_ns;    /* gap the unmapping worker leaves between chunks; >= 0 */
     double unmap_ns_per_byte;   /* cost model prior; finite and >= 0 */
     double close_ns_per_byte;   /* cost model prior; finite and >= 0 */
@@ -152,7 +152,7 @@ void du_queue_options_init_sized(du_queue_options *opts, size_t size) DU_NOEXCEP
 
 /* A new queue from options filled by du_queue_options_init (NULL: defaults). NULL + errno on failure:
  * EINVAL (size too small, zero unmap_chunk_bytes, a negative delay or pause, a negative, NaN or infinite
- * prior), ENOMEM, EAGAIN (no thread), EMFILE/ENFILE (no pipe for the worker's descriptor). */
+ * prior, an overhead over a day), E2BIG (a newer caller set fields this library does not know), ENOMEM, EAGAIN (no thread), EMFILE/ENFILE (no pipe for the worker's descriptor). */
 du_queue *du_queue_create_with(const du_queue_options *opts) DU_NOEXCEPT;
 
 /* Items not yet fully torn down, the worker's share included; 0 for NULL. Any thread, O(1). */
@@ -175,8 +175,10 @@ int du_queue_worker_fd(const du_queue *q) DU_NOEXCEPT;
 /* Empties du_queue_worker_fd(); call it when the descriptor fires, before looking at the queue. */
 void du_queue_worker_clear(du_queue *q) DU_NOEXCEPT;
 
-/* Fills the first `size` bytes of `out` and sets out->size; use the macro. NULL q: zeroes. Any thread;
- * a short lock, never waits for a step. */
+/* Fills the first `size` bytes of `out`; out->size then says how many are real (less than `size` when
+ * the library knows fewer fields). Use the macro. NULL q: zeroes. Any thread; never waits for a step.
+ * busy_drains counts drains that found another thread at work for their whole budget (du_drain_report
+ * cannot grow, so it has no such flag). */
 void du_queue_stats_sized(const du_queue *q, du_stats *out, size_t size) DU_NOEXCEPT;
 #define du_queue_stats(q, out) du_queue_stats_sized((q), (out), sizeof *(out))
 

@@ -65,14 +65,19 @@ inline du_queue_options defaults() noexcept {
     return opts;
 }
 
-// What a caller compiled against an older header passed: its fields over the defaults of the rest.
-inline bool read_sized(const du_queue_options* given, du_queue_options& out) noexcept {
+// What a caller compiled against another header passed: its fields over the defaults of the rest.
+// 0, EINVAL (too small to hold a field) or E2BIG (it sets fields this library does not know).
+inline int read_sized(const du_queue_options* given, du_queue_options& out) noexcept {
     out = defaults();
-    if (given == nullptr) return true;
-    if (given->size < offsetof(du_queue_options, unmap_chunk_bytes)) return false;
+    if (given == nullptr) return 0;
+    if (given->size < offsetof(du_queue_options, unmap_chunk_bytes)) return EINVAL;
+    // A caller built against a newer header: what it sets beyond what this library knows must be zero.
+    const auto* bytes = reinterpret_cast<const unsigned char*>(given);
+    for (std::size_t i = sizeof out; i < given->size; ++i)
+        if (bytes[i] != 0) return E2BIG;
     std::memcpy(&out, given, std::min(given->size, sizeof out));
     out.size = sizeof out;
-    return true;
+    return 0;
 }
 
 inline reclaim_options to_options(const du_queue_options& opts) noexcept {
@@ -214,8 +219,9 @@ void du_queue_options_init_sized(du_queue_options* opts, size_t size) noexcept {
 du_queue* du_queue_create_with(const du_queue_options* opts) noexcept {
     namespace c_api = deferred_unmap::detail::c_api;
     du_queue_options chosen;
-    if (!c_api::read_sized(opts, chosen) || !c_api::valid(chosen)) {
-        errno = EINVAL;
+    const int error = c_api::read_sized(opts, chosen);
+    if (error != 0 || !c_api::valid(chosen)) {
+        errno = error != 0 ? error : EINVAL;
         return nullptr;
     }
     return c_api::create(c_api::to_options(chosen));
@@ -236,7 +242,8 @@ int du_queue_ms_until_deadline(const du_queue* q) noexcept {
     const auto left = deadline - deferred_unmap::reclaim_queue::clock::now();
     if (left <= decltype(left)::zero()) return 0;
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-    return static_cast<int>(std::min<std::int64_t>(ms, std::numeric_limits<int>::max()));
+    // One below INT_MAX: the documented `+ 1` for wl_event_source_timer_update must not overflow.
+    return static_cast<int>(std::min<std::int64_t>(ms, std::numeric_limits<int>::max() - 1));
 }
 
 int du_queue_worker_fd(const du_queue* q) noexcept { return q == nullptr ? -1 : q->queue.worker_done_fd(); }
@@ -250,8 +257,9 @@ void du_queue_stats_sized(const du_queue* q, du_stats* out, size_t size) noexcep
     du_stats filled{};
     filled.size = sizeof filled;
     if (q != nullptr) filled = deferred_unmap::detail::c_api::to_c(q->queue.stats());
-    std::memcpy(out, &filled, std::min(size, sizeof filled));
-    if (size >= sizeof out->size) out->size = size;
+    // out->size says how much is real: the caller's size, or less where this library knows fewer fields.
+    filled.size = std::min(size, sizeof filled);
+    std::memcpy(out, &filled, filled.size);
 }
 
 void du_queue_destroy(du_queue* q) noexcept { delete q; }

@@ -27,10 +27,11 @@ struct cost_model {
     /// Cost of a call that frees nothing (syscall entry, VMA lookup); not learned.
     std::chrono::nanoseconds call_overhead{2000};
 
-    /// True when both rates are finite and non-negative and the overhead is non-negative: the only
-    /// models a queue accepts as its prior. O(1).
+    /// True when both rates are finite and non-negative and the overhead lies between zero and a day:
+    /// the only models a queue accepts as its prior. O(1).
     [[nodiscard]] bool valid() const noexcept {
-        return valid_rate(unmap_ns_per_byte) && valid_rate(close_ns_per_byte) && call_overhead.count() >= 0;
+        return valid_rate(unmap_ns_per_byte) && valid_rate(close_ns_per_byte) && call_overhead.count() >= 0 &&
+               call_overhead <= std::chrono::nanoseconds{std::chrono::hours{24}};
     }
 
     [[nodiscard]] std::chrono::nanoseconds predict_unmap(std::size_t bytes) const noexcept {

@@ -223,12 +223,19 @@ private:
 
     void enqueue(const item& it) noexcept {
         if (it.addr == nullptr && it.fd < 0) return;
-        if (!books_.push(it)) return engine_.tear_down_after_the_rest(it);
+        if (!books_.push(it)) return tear_down_after_the_rest(it);
         if (pending_bytes() <= options_.max_pending_bytes) return;
         drain_report scratch;
         engine_.run_blocking({.hand_off = options_.close_on_worker, .until_under_cap = true, .site = detail::step_site::cap},
                              scratch, hand_off_);
         if (scratch.fds_handed_off > 0) worker_.wake();
+    }
+
+    // The queue cannot grow: everything older goes first, oldest first (the worker's closes included),
+    // then `it`, so a mapping is still unmapped before a descriptor pushed after it is closed.
+    void tear_down_after_the_rest(const item& it) noexcept {
+        flush();
+        engine_.tear_down_now(it);
     }
 
     const reclaim_options options_;

@@ -358,6 +358,29 @@ static void test_options_grow_without_breaking_older_callers(void) {
     q = du_queue_create_with(NULL);
     CHECK(q != NULL && du_queue_worker_fd(q) >= 0);
     du_queue_destroy(q);
+
+    /* A caller built against a newer header, with a field this library does not know set: refused. */
+    struct newer {
+        du_queue_options known;
+        int64_t unknown;
+    } future;
+    memset(&future, 0, sizeof future);
+    du_queue_options_init_sized(&future.known, sizeof future);
+    CHECK(future.known.size == sizeof future);
+    future.unknown = 1;
+    errno = 0;
+    CHECK(du_queue_create_with(&future.known) == NULL && errno == E2BIG);
+    future.unknown = 0; /* left at zero, it means "the default": accepted */
+    q = du_queue_create_with(&future.known);
+    CHECK(q != NULL);
+    /* Stats asked for with a larger struct: size says how much the library filled. */
+    struct newer_stats {
+        du_stats known;
+        uint64_t unknown;
+    } more;
+    du_queue_stats_sized(q, &more.known, sizeof more);
+    CHECK(more.known.size == sizeof(du_stats));
+    du_queue_destroy(q);
 }
 
 static void test_bad_priors_are_refused(void) {
@@ -372,6 +395,9 @@ static void test_bad_priors_are_refused(void) {
     du_queue_options opts;
     du_queue_options_init(&opts);
     opts.call_overhead_ns = -1;
+    errno = 0;
+    CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
+    opts.call_overhead_ns = INT64_MAX; /* would overflow every prediction */
     errno = 0;
     CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
 }

@@ -151,11 +151,12 @@ public:
     }
 
     /// Books a drain call that began at `start` and took `elapsed`. `did_work`: it ran a step or passed
-    /// work on. Every drain, busy or not, moves next_deadline() on: someone is draining.
+    /// work on. Only such a drain, or one that found another thread at work, moves next_deadline() on:
+    /// a drain_until() that is always too late to start anything must not keep the idle timer away.
     void record_drain(time_point start, std::chrono::nanoseconds elapsed, const drain_report& report, bool did_work)
         DU_EXCLUDES(mutex_) {
         lock_guard lock(mutex_);
-        last_drain_ = start;
+        if (did_work || report.busy) last_drain_ = start;
         stats_.busy_drains += report.busy ? 1 : 0;
         if (report.steps > 0) {
             ++stats_.drains;

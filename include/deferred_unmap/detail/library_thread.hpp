@@ -4,13 +4,14 @@
 // Qt and GLib install handlers): a library thread that left them unblocked would be picked by the
 // kernel to take them, and with the default action the process dies. So the thread starts with every
 // asynchronous signal blocked (synchronous ones stay deliverable, as a fault must still be reported),
-// is named for top -H and perf, and may drop to SCHED_IDLE when it takes no lock the host waits for.
+// is named for top -H and perf, and may lower its own priority when it takes no mmap_lock.
 #pragma once
 
 #include <pthread.h>
-#include <sched.h>
-#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <thread>
 #include <utility>
 
@@ -43,28 +44,31 @@ inline void name_thread(std::jthread& thread, const char* name) noexcept {
 #endif
 }
 
-/// Moves `thread` to SCHED_IDLE where the system has it. Best effort; true when it took.
-inline bool idle_priority(std::jthread& thread) noexcept {
-#if defined(SCHED_IDLE)
-    const sched_param param{};
-    return ::pthread_setschedparam(thread.native_handle(), SCHED_IDLE, &param) == 0;
+/// The nice value a close-only worker takes with low_priority_closes: far below the frame thread, but
+/// not SCHED_IDLE, which can leave it unscheduled for a second while it holds one of the queue's short
+/// locks (a push or a drain would wait behind it).
+inline constexpr int low_priority_nice = 10;
+
+/// Lowers the calling thread's priority to `nice` (Linux: per thread). Best effort; true when it took.
+inline bool lower_this_thread_priority(int nice) noexcept {
+#if defined(__linux__)
+    return ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice) == 0;
 #else
-    (void)thread;
+    (void)nice;
     return false;
 #endif
 }
 
 /// Starts `body` on a new thread named `name` that inherits a mask with every asynchronous signal
 /// blocked; the caller's own mask is unchanged afterwards, even when creation throws std::system_error.
-/// Named and prioritised by the creator, so both hold before the caller goes on.
+/// Named by the creator, so the name holds before the caller goes on.
 template <class Body>
-std::jthread start_library_thread(const char* name, bool idle, Body&& body) {
+std::jthread start_library_thread(const char* name, Body&& body) {
     std::jthread thread = [&] {
         const async_signals_blocked blocked;
         return std::jthread(std::forward<Body>(body));
     }();
     name_thread(thread, name);
-    if (idle) idle_priority(thread);
     return thread;
 }
 

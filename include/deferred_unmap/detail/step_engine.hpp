@@ -107,12 +107,9 @@ public:
         return true;
     }
 
-    /// Everything older first, oldest first, then `it`: what a push does when the queue cannot grow,
-    /// so that a mapping is still unmapped before a descriptor pushed after it is closed.
-    void tear_down_after_the_rest(const reclaim_item& it) DU_EXCLUDES(mutex_) {
+    /// Tears down `it` at once, on this thread: for a push that found no room, after the rest went.
+    void tear_down_now(const reclaim_item& it) DU_EXCLUDES(mutex_) {
         lock_guard lock(mutex_);
-        drain_report scratch;
-        run({.site = step_site::flush}, scratch, nullptr);
         step_outcome unmapped;
         if (it.addr != nullptr) unmap(it.addr, it.length, it.length, unmapped);
         const unsigned close_errors = it.fd >= 0 ? close_once<Os>(it.fd, options_.on_error) : 0;

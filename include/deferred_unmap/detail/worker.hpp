@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <array>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -33,6 +35,9 @@ public:
 
     worker(const worker&) = delete;
     worker& operator=(const worker&) = delete;
+    worker(worker&&) = delete;
+    worker& operator=(worker&&) = delete;
+    ~worker() = default;
 
     /// Reserves the close ring, opens the done descriptor, starts the thread. Throws std::bad_alloc or
     /// std::system_error; without exceptions a failure leaves done_fd() at -1 or no room reserved.
@@ -41,13 +46,11 @@ public:
             lock_guard lock(mutex_);
             if (!closes_.reserve(options_.initial_capacity)) throw_bad_alloc();
         }
-        int ends[2];
-        if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) throw_system_error(errno, "pipe2");
+        std::array<int, 2> ends{-1, -1};
+        if (::pipe2(ends.data(), O_CLOEXEC | O_NONBLOCK) != 0) throw_system_error(errno, "pipe2");
         done_read_ = unique_fd{ends[0]};
         done_write_ = unique_fd{ends[1]};
-        // A close-only worker takes no mmap_lock: however late it runs, no mmap() of the host waits on it.
-        const bool idle = options_.low_priority_closes && !options_.unmap_on_worker;
-        thread_ = start_library_thread("du-reclaim", idle, [this](std::stop_token stop) { main(stop); });
+        thread_ = start_library_thread("du-reclaim", [this](std::stop_token stop) { main(stop); });
     }
 
     /// Takes a close; the caller wakes the worker with wake() once it is done handing off. O(1);
@@ -83,8 +86,8 @@ public:
     /// Empties the done descriptor, so it is readable again only after the worker next runs out of work.
     void clear_done() DU_EXCLUDES(mutex_) {
         lock_guard lock(mutex_);
-        char sink[64];
-        while (done_read_ && ::read(done_read_.get(), sink, sizeof sink) > 0) {}
+        std::array<char, 64> sink{};
+        while (done_read_ && ::read(done_read_.get(), sink.data(), sink.size()) > 0) {}
         signalled_ = false;
     }
 
@@ -109,23 +112,27 @@ private:
     [[nodiscard]] bool idle_locked() const DU_REQUIRES(mutex_) { return !busy_ && !has_work(); }
 
     void main(std::stop_token stop) noexcept DU_EXCLUDES(mutex_) {
+        // A close-only worker takes no mmap_lock: however late it runs, no mmap() of the host waits on it.
+        if (options_.low_priority_closes && !options_.unmap_on_worker) lower_this_thread_priority(low_priority_nice);
         mutex_.lock();
         for (;;) {
             if (idle_locked()) announce_idle();
             if (!cv_.wait(mutex_, stop, [this]() DU_REQUIRES(mutex_) { return has_work(); })) break;
-            busy_ = worked_ = true;
+            busy_ = true;
             if (!closes_.empty()) {
                 const close_job job = closes_.pop_front();
                 mutex_.unlock();
                 close(job);
                 mutex_.lock();
                 busy_ = false;
+                worked_ = true;
                 continue;
             }
             mutex_.unlock();
             const bool more = engine_.step_once();
             mutex_.lock();
             busy_ = false;
+            worked_ = worked_ || more;
             // The pause lets a waiting mmap() have the lock; a flush waiting on the worker cuts it short.
             if (more) cv_.wait_for(mutex_, stop, options_.worker_pause, [this]() DU_REQUIRES(mutex_) { return waiters_ > 0; });
         }
