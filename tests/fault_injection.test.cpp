@@ -84,26 +84,31 @@ constexpr std::size_t mib = std::size_t{1} << 20U;
 
 // Five items: regions of 5 MiB (three 2 MiB chunks) and of one page, a bare 3 MiB mapping (two
 // chunks), a bare descriptor and a region holding only its descriptor: 6 munmaps and 4 closes.
+// Every handle is made before the first push: a push over the cap (or the worker) may close a
+// descriptor at once, and a number reused inside the workload would make the order check below blame
+// one pool for another's close.
 template <class Queue>
 workload push_items(Queue& q) {
     workload w;
-    auto push_region = [&](std::size_t bytes) {
-        auto region = dt::make_region(bytes);
-        w.region_pairs.emplace_back(w.ranges.size(), region.fd());
-        w.fds.push_back(region.fd());
-        w.ranges.emplace_back(static_cast<std::byte*>(region.data()), du::detail::round_up_to_page(bytes));
-        q.push(std::move(region));
+    auto region = [&](std::size_t bytes) {
+        auto r = dt::make_region(bytes);
+        w.region_pairs.emplace_back(w.ranges.size(), r.fd());
+        w.fds.push_back(r.fd());
+        w.ranges.emplace_back(static_cast<std::byte*>(r.data()), du::detail::round_up_to_page(bytes));
+        return r;
     };
-    push_region(5 * mib);
+    auto big = region(5 * mib);
     auto map = dt::scripted_mapping::adopt(dt::script().map_range(3 * mib + 100), 3 * mib + 100);
     w.ranges.emplace_back(static_cast<std::byte*>(map.data()), du::detail::round_up_to_page(3 * mib + 100));
-    q.push(std::move(map));
     dt::scripted_fd fd{dt::script().open_fd(mib)};
     w.fds.push_back(fd.get());
-    q.push(std::move(fd), mib);
-    push_region(100);
+    auto small = region(100);
     dt::scripted_region fd_only{dt::scripted_fd{dt::script().open_fd(4096)}, dt::scripted_mapping{}};
     w.fds.push_back(fd_only.fd());
+    q.push(std::move(big));
+    q.push(std::move(map));
+    q.push(std::move(fd), mib);
+    q.push(std::move(small));
     q.push(std::move(fd_only));
     return w;
 }
