@@ -13,6 +13,7 @@ test_line="$(.ci/readme-line '.*cmake --workflow --preset test')"
 logs="$PWD/build/fresh-root"
 mkdir -p "$logs"
 root="$(mktemp -d "${TMPDIR:-/tmp}/du-fresh-root.XXXXXX")"
+chmod 755 "$root"  # it becomes /: apt's _apt user must be able to walk into it
 mounted=()
 
 # Unmounts before deleting, newest first, and deletes only when nothing is left mounted: a delete that
@@ -53,10 +54,13 @@ SECONDS=0
 quietly debootstrap debootstrap --variant=minbase bookworm "$root"
 echo "fresh-root: debootstrap minbase bookworm: ${SECONDS} s"
 
+# /proc for the tests (they compare /proc/self/maps and /proc/self/fd), /sys for the benchmarks' THP
+# policy, /dev and /dev/pts for apt and dpkg.
 for fs in proc sys dev; do mkdir -p "$root/$fs"; done
 mount -t proc proc "$root/proc" && mounted+=("$root/proc")
 mount -t sysfs sysfs "$root/sys" && mounted+=("$root/sys")
 mount --bind /dev "$root/dev" && mounted+=("$root/dev")
+mount --bind /dev/pts "$root/dev/pts" && mounted+=("$root/dev/pts")
 
 SECONDS=0
 quietly packages in_root env DEBIAN_FRONTEND=noninteractive sh -c \
