@@ -57,10 +57,15 @@ echo "fresh-root: debootstrap minbase bookworm: ${SECONDS} s"
 # /proc for the tests (they compare /proc/self/maps and /proc/self/fd), /sys for the benchmarks' THP
 # policy, /dev and /dev/pts for apt and dpkg.
 for fs in proc sys dev; do mkdir -p "$root/$fs"; done
-mount -t proc proc "$root/proc" && mounted+=("$root/proc")
-mount -t sysfs sysfs "$root/sys" && mounted+=("$root/sys")
-mount --bind /dev "$root/dev" && mounted+=("$root/dev")
-mount --bind /dev/pts "$root/dev/pts" && mounted+=("$root/dev/pts")
+# One statement each: a failing mount ends the script (set -e) before it is listed for unmounting.
+mount -t proc proc "$root/proc"
+mounted+=("$root/proc")
+mount -t sysfs sysfs "$root/sys"
+mounted+=("$root/sys")
+mount --bind /dev "$root/dev"
+mounted+=("$root/dev")
+mount --bind /dev/pts "$root/dev/pts"
+mounted+=("$root/dev/pts")
 
 SECONDS=0
 quietly packages in_root env DEBIAN_FRONTEND=noninteractive sh -c \
