@@ -159,8 +159,9 @@ std::string svg_timeline(const std::vector<outcome>& runs, const std::vector<row
     const double panels_h = static_cast<double>(runs.size()) * (title_h + panel_h + gap);
     const double axis_y = panels_h + 4, legend_y = axis_y + 44, total_h = legend_y + 26;
     // Tick spacing for the frame axis: the first that gives at most 10 ticks.
+    constexpr std::size_t steps[] = {10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000};
     std::size_t step = 0;
-    for (const std::size_t s : {10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000}) {
+    for (const std::size_t s : steps) {
         step = s;
         if (frames / s <= 10) break;
     }
