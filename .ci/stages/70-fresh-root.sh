@@ -80,7 +80,11 @@ git -C "$root/src/deferred_unmap" checkout -q --detach "$(git rev-parse HEAD)"
 for line in "$demo_line" "$test_line"; do
     echo "== in the fresh root: $line"
     SECONDS=0
-    in_root bash -c "cd /src/deferred_unmap && $line"
+    in_root bash -c "cd /src/deferred_unmap && $line" || {
+        status=$?
+        echo "fresh-root: this README line failed (exit $status) in a fresh root: $line" >&2
+        exit "$status"
+    }
     echo "fresh-root: ${SECONDS} s"
 done
 echo "fresh-root: both README lines passed"
