@@ -73,8 +73,8 @@ public:
     void number(std::string name, T& out, std::string help) {
         options_.push_back({std::move(name), "N", std::move(help), [&out](std::string_view v) { return parse_number(v, out); }});
     }
-    void text(std::string name, std::string& out, std::string help) {
-        options_.push_back({std::move(name), "FILE", std::move(help), [&out](std::string_view v) {
+    void text(std::string name, std::string& out, std::string help, std::string metavar = "FILE") {
+        options_.push_back({std::move(name), std::move(metavar), std::move(help), [&out](std::string_view v) {
                                 out = v;
                                 return !out.empty();
                             }});

@@ -9,8 +9,11 @@
 // Frames in which the frame thread was preempted (the machine had other work) are counted, and the
 // "calm" figures leave them out.
 //
+// --strategies runs only the named ones (the README's picture sets close-first beside the queued modes).
+//
 // Usage: stutter_demo [--hz N] [--pools N] [--pool-bytes B] [--budget-us N] [--work-us N]
-//                     [--burst-frame N] [--tail-frames N] [--svg FILE] [--csv FILE] [--json FILE]
+//                     [--burst-frame N] [--tail-frames N] [--strategies A,B,..]
+//                     [--svg FILE] [--csv FILE] [--json FILE]
 #include "bench_common.hpp"
 
 #include <sstream>
@@ -29,6 +32,7 @@ struct settings {
     std::size_t burst_frame = 20;
     std::size_t tail_frames = 20;
     std::string svg, csv, json;
+    std::vector<strategy> strategies{std::begin(all_strategies), std::end(all_strategies)};
 
     [[nodiscard]] nanoseconds interval() const { return nanoseconds{1'000'000'000 / hz}; }
 };
@@ -44,10 +48,27 @@ settings parse(int argc, char** argv) {
     args.number("--work-us", s.work_us, "the compositor's own work per frame (default 2000)");
     args.number("--burst-frame", s.burst_frame, "frame at which the pools die (default 20)");
     args.number("--tail-frames", s.tail_frames, "frames drawn after all memory is back (default 20)");
+    std::string only;
+    args.text("--strategies", only, "comma-separated strategies to run (default: all)", "A,B,..");
     args.text("--svg", s.svg, "write a frame-time timeline per strategy");
     args.text("--csv", s.csv, "write the per-strategy figures as CSV");
     args.text("--json", s.json, "write them as JSON");
     args.parse(argc, argv);
+    if (!only.empty()) {
+        s.strategies.clear();
+        std::istringstream list(only);
+        for (std::string item; std::getline(list, item, ',');) {
+            const auto* known = std::find_if(std::begin(all_strategies), std::end(all_strategies),
+                                             [&](strategy k) { return item == name(k); });
+            if (known == std::end(all_strategies)) {
+                std::fprintf(stderr, "stutter_demo: unknown strategy '%s'; known:", item.c_str());
+                for (strategy k : all_strategies) std::fprintf(stderr, " %s", name(k));
+                std::fprintf(stderr, "\n");
+                std::exit(2);
+            }
+            s.strategies.push_back(*known);
+        }
+    }
     if (s.hz == 0 || s.budget_us == 0 || s.pools == 0 || s.pool_bytes == 0) {
         std::fprintf(stderr, "stutter_demo: --hz, --budget-us, --pools and --pool-bytes must be positive\n");
         std::exit(2);
@@ -119,51 +140,102 @@ row figures(const outcome& o, const settings& cfg) {
 
 // ---- the timeline ---------------------------------------------------------------------------------
 
-/// One panel per strategy: a bar per frame (work in grey, teardown in red), the frame interval as a
-/// dashed line, bars taller than 3 intervals clipped and labelled with their time.
+/// "1 frame", "3 frames".
+std::string count_of(double n, const char* noun) {
+    return std::to_string(std::lround(n)) + " " + noun + (std::lround(n) == 1 ? "" : "s");
+}
+
+/// One panel per strategy on a shared frame axis: a bar per frame (work in grey, teardown in red), the
+/// frame interval as a dashed line, bars taller than 3 intervals cut and labelled with their time.
+/// Sized to be read where a README shows it (about 800 px wide) without scaling the text down.
 std::string svg_timeline(const std::vector<outcome>& runs, const std::vector<row>& rows, const settings& cfg) {
-    constexpr double panel_h = 110, top = 24, left = 60, width = 880;
+    constexpr double total_w = 800, left = 62, right = 14, plot_w = total_w - left - right;
+    constexpr double title_h = 24, panel_h = 80, gap = 12;
     const double interval_ms = to_ms(cfg.interval()), y_max = 3 * interval_ms;
     std::size_t frames = 1;
     for (const auto& o : runs) frames = std::max(frames, o.run.frames.size());
-    const double bar_w = width / static_cast<double>(frames);
+    const double bar_w = plot_w / static_cast<double>(frames);
+    const auto x_of = [&](double frame) { return left + frame * bar_w; };
+    const double panels_h = static_cast<double>(runs.size()) * (title_h + panel_h + gap);
+    const double axis_y = panels_h + 4, legend_y = axis_y + 44, total_h = legend_y + 26;
+    // Tick spacing for the frame axis: the first that gives at most 10 ticks.
+    constexpr std::size_t steps[] = {10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000};
+    std::size_t step = 0;
+    for (const std::size_t s : steps) {
+        step = s;
+        if (frames / s <= 10) break;
+    }
+
     std::ostringstream svg;
-    svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + width + 20 << "\" height=\""
-        << static_cast<double>(runs.size()) * (panel_h + top) + 30 << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+    svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << total_w << "\" height=\"" << total_h
+        << "\" viewBox=\"0 0 " << total_w << ' ' << total_h << "\" font-family=\"DejaVu Sans, Verdana, sans-serif\" "
+        << "font-size=\"13\">\n";
     svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
     for (std::size_t i = 0; i < runs.size(); ++i) {
-        const double y0 = static_cast<double>(i) * (panel_h + top) + top;
+        const double y0 = static_cast<double>(i) * (title_h + panel_h + gap) + title_h;
         const auto y_of = [&](double ms) { return y0 + panel_h - std::min(ms, y_max) / y_max * panel_h; };
-        svg << "<text x=\"" << left << "\" y=\"" << y0 - 6 << "\" font-weight=\"bold\">" << name(runs[i].which)
+        svg << "<text x=\"" << left << "\" y=\"" << y0 - 8 << "\" font-weight=\"bold\">" << name(runs[i].which)
             << ": worst stall " << fixed(number(&rows[i], "worst_stall_ms"), 1) << " ms, "
-            << number(&rows[i], "frames_over_interval") << " frames over " << fixed(interval_ms, 1)
-            << " ms, memory back after " << number(&rows[i], "frames_to_return") << " frames</text>\n";
-        svg << "<line x1=\"" << left << "\" x2=\"" << left + width << "\" y1=\"" << y_of(interval_ms) << "\" y2=\""
-            << y_of(interval_ms) << "\" stroke=\"#08f\" stroke-dasharray=\"4 3\"/>\n";
-        svg << "<text x=\"4\" y=\"" << y_of(interval_ms) + 4 << "\">" << fixed(interval_ms, 1) << " ms</text>\n";
-        svg << "<text x=\"4\" y=\"" << y0 + 8 << "\">" << fixed(y_max, 1) << " ms</text>\n";
+            << count_of(number(&rows[i], "frames_over_interval"), "frame") << " over " << fixed(interval_ms, 1)
+            << " ms, memory back after " << count_of(number(&rows[i], "frames_to_return"), "frame") << "</text>\n";
+        // The y axis: 0, the frame interval and the cut-off, right-aligned against the plot.
+        for (const double ms : {0.0, interval_ms, y_max})
+            svg << "<text x=\"" << left - 6 << "\" y=\"" << y_of(ms) + 4 << "\" text-anchor=\"end\" font-size=\"12\">"
+                << (ms == 0 ? std::string("0") : fixed(ms, 1) + " ms") << "</text>\n";
+        svg << "<line x1=\"" << left << "\" x2=\"" << left << "\" y1=\"" << y0 << "\" y2=\"" << y_of(0)
+            << "\" stroke=\"#444\"/>\n";
+        svg << "<line x1=\"" << x_of(static_cast<double>(cfg.burst_frame)) << "\" x2=\""
+            << x_of(static_cast<double>(cfg.burst_frame)) << "\" y1=\"" << y0 << "\" y2=\"" << y_of(0)
+            << "\" stroke=\"#888\" stroke-dasharray=\"2 3\"/>\n";
         for (std::size_t f = 0; f < runs[i].run.frames.size(); ++f) {
             const auto& fr = runs[i].run.frames[f];
-            const double x = left + static_cast<double>(f) * bar_w, total = to_ms(fr.total);
+            const double x = x_of(static_cast<double>(f)), total = to_ms(fr.total);
             const double work = total - to_ms(fr.teardown);
-            svg << "<rect x=\"" << x << "\" y=\"" << y_of(work) << "\" width=\"" << std::max(bar_w - 1, 1.0)
-                << "\" height=\"" << y_of(0) - y_of(work) << "\" fill=\"#aaa\"/>";
-            svg << "<rect x=\"" << x << "\" y=\"" << y_of(total) << "\" width=\"" << std::max(bar_w - 1, 1.0)
-                << "\" height=\"" << y_of(work) - y_of(total) << "\" fill=\"#d22\"/>\n";
+            const double w = std::max(bar_w - 1, 1.0);
+            svg << "<rect x=\"" << x << "\" y=\"" << y_of(work) << "\" width=\"" << w << "\" height=\""
+                << y_of(0) - y_of(work) << "\" fill=\"#aaa\"/>";
+            svg << "<rect x=\"" << x << "\" y=\"" << y_of(total) << "\" width=\"" << w << "\" height=\""
+                << y_of(work) - y_of(total) << "\" fill=\"#d22\"/>\n";
             if (total > y_max)
-                svg << "<text x=\"" << x + bar_w + 2 << "\" y=\"" << y0 + 10 << "\" fill=\"#d22\">" << std::lround(total)
-                    << " ms</text>\n";
+                svg << "<text x=\"" << x + bar_w + 3 << "\" y=\"" << y0 + 12 << "\" fill=\"#d22\" font-size=\"12\">"
+                    << std::lround(total) << " ms, cut</text>\n";
         }
-        svg << "<line x1=\"" << left << "\" x2=\"" << left + width << "\" y1=\"" << y_of(0) << "\" y2=\"" << y_of(0)
-            << "\" stroke=\"black\"/>\n";
+        svg << "<line x1=\"" << left << "\" x2=\"" << left + plot_w << "\" y1=\"" << y_of(interval_ms) << "\" y2=\""
+            << y_of(interval_ms) << "\" stroke=\"#08f\" stroke-dasharray=\"5 3\"/>\n";
+        svg << "<line x1=\"" << left << "\" x2=\"" << left + plot_w << "\" y1=\"" << y_of(0) << "\" y2=\"" << y_of(0)
+            << "\" stroke=\"#444\"/>\n";
     }
-    svg << "<text x=\"" << left << "\" y=\"" << static_cast<double>(runs.size()) * (panel_h + top) + 20
-        << "\">frames at " << cfg.hz << " Hz; grey: the compositor's own work, red: teardown on the frame thread; "
-        << cfg.pools << " pools die at frame " << cfg.burst_frame << "</text>\n</svg>\n";
+    // The frame axis, once, under the last panel: every panel shares it.
+    for (std::size_t f = 0; f <= frames; f += step) {
+        const double x = x_of(static_cast<double>(f));
+        svg << "<line x1=\"" << x << "\" x2=\"" << x << "\" y1=\"" << axis_y - 4 << "\" y2=\"" << axis_y + 2
+            << "\" stroke=\"#444\"/><text x=\"" << x << "\" y=\"" << axis_y + 16
+            << "\" text-anchor=\"middle\" font-size=\"12\">" << f << "</text>\n";
+    }
+    svg << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << axis_y + 34 << "\" text-anchor=\"middle\">frame ("
+        << cfg.hz << " Hz); " << cfg.pools << " pools (" << fixed(static_cast<double>(cfg.pools * cfg.pool_bytes) / (1 << 30), 2)
+        << " GiB) die at frame " << cfg.burst_frame << ", the dotted line</text>\n";
+    // The legend: one swatch per mark.
+    double x = left;
+    const auto swatch = [&](const std::string& mark, const std::string& label, double advance) {
+        svg << mark << "<text x=\"" << x + 20 << "\" y=\"" << legend_y + 5 << "\">" << label << "</text>\n";
+        x += advance;
+    };
+    const auto box = [&](const char* colour) {
+        return "<rect x=\"" + fixed(x, 1) + "\" y=\"" + fixed(legend_y - 6, 1) + "\" width=\"14\" height=\"12\" fill=\"" +
+               colour + "\"/>";
+    };
+    swatch(box("#aaa"), "the compositor's own work", 226);
+    swatch(box("#d22"), "teardown on the frame thread", 236);
+    swatch("<line x1=\"" + fixed(x, 1) + "\" x2=\"" + fixed(x + 14, 1) + "\" y1=\"" + fixed(legend_y, 1) + "\" y2=\"" +
+               fixed(legend_y, 1) + "\" stroke=\"#08f\" stroke-width=\"2\" stroke-dasharray=\"5 3\"/>",
+           "the frame interval", 0);
+    svg << "</svg>\n";
     return svg.str();
 }
 
 /// The targets the burst measures: the frame thread's worst and p99 drain, and memory back in time.
+/// A target whose strategies were not run (--strategies) is left out rather than reported as missed.
 std::vector<row> targets(const std::vector<row>& rows, const settings& cfg) {
     const auto at = [&](std::string_view s) -> const row* {
         for (const auto& r : rows)
@@ -172,19 +244,26 @@ std::vector<row> targets(const std::vector<row>& rows, const settings& cfg) {
     };
     const double budget_ms = cfg.budget_us / 1e3;
     std::vector<row> out;
-    out.push_back(target("queue+worker p99 stall ms", number(at("queue+worker"), "p99_stall_ms"), 1.25 * budget_ms));
-    out.push_back(target("queue+worker worst stall ms", number(at("queue+worker"), "worst_stall_ms"), 2 * budget_ms));
-    out.push_back(target("queue+worker p99 stall ms, not preempted", number(at("queue+worker"), "calm_p99_stall_ms"), 1.25 * budget_ms));
-    out.push_back(target("queue+worker worst stall ms, not preempted", number(at("queue+worker"), "calm_worst_stall_ms"), 2 * budget_ms));
-    out.push_back(target("queue+worker worst / close-first worst", number(at("queue+worker"), "worst_stall_ms") /
-                                                                      number(at("close-first"), "worst_stall_ms"), 1.0 / 50));
-    out.push_back(target("same, not preempted", number(at("queue+worker"), "calm_worst_stall_ms") /
-                                                    number(at("close-first"), "worst_stall_ms"), 1.0 / 50));
+    const auto add = [&](std::initializer_list<std::string_view> needs, std::string what, double value, double limit) {
+        for (std::string_view n : needs)
+            if (at(n) == nullptr) return;
+        out.push_back(target(std::move(what), value, limit));
+    };
+    const row* qw = at("queue+worker");
+    const row* cf = at("close-first");
+    add({"queue+worker"}, "queue+worker p99 stall ms", number(qw, "p99_stall_ms"), 1.25 * budget_ms);
+    add({"queue+worker"}, "queue+worker worst stall ms", number(qw, "worst_stall_ms"), 2 * budget_ms);
+    add({"queue+worker"}, "queue+worker p99 stall ms, not preempted", number(qw, "calm_p99_stall_ms"), 1.25 * budget_ms);
+    add({"queue+worker"}, "queue+worker worst stall ms, not preempted", number(qw, "calm_worst_stall_ms"), 2 * budget_ms);
+    add({"queue+worker", "close-first"}, "queue+worker worst / close-first worst",
+        number(qw, "worst_stall_ms") / number(cf, "worst_stall_ms"), 1.0 / 50);
+    add({"queue+worker", "close-first"}, "same, not preempted",
+        number(qw, "calm_worst_stall_ms") / number(cf, "worst_stall_ms"), 1.0 / 50);
     const double largest_step = std::max(budget_ms, number(at("queue"), "max_frame_close_ms"));
-    out.push_back(target("queue worst stall ms", number(at("queue"), "worst_stall_ms"), 1.25 * largest_step));
-    out.push_back(target("queue worst stall ms, not preempted", number(at("queue"), "calm_worst_stall_ms"), 1.25 * largest_step));
+    add({"queue"}, "queue worst stall ms", number(at("queue"), "worst_stall_ms"), 1.25 * largest_step);
+    add({"queue"}, "queue worst stall ms, not preempted", number(at("queue"), "calm_worst_stall_ms"), 1.25 * largest_step);
     for (const char* q : {"queue", "queue+worker", "queue+worker-unmap"})
-        out.push_back(target(std::string(q) + " frames to return", number(at(q), "frames_to_return"), number(at(q), "frames_bound")));
+        add({q}, std::string(q) + " frames to return", number(at(q), "frames_to_return"), number(at(q), "frames_bound"));
     return out;
 }
 
@@ -205,7 +284,7 @@ int main(int argc, char** argv) {
                 cfg.budget_us);
     std::vector<outcome> runs;
     std::vector<row> rows;
-    for (strategy s : all_strategies) {
+    for (strategy s : cfg.strategies) {
         runs.push_back(run_strategy(s, cfg));
         rows.push_back(figures(runs.back(), cfg));
     }

@@ -5,7 +5,7 @@
 set -euo pipefail
 seconds="${DU_FUZZ_SECONDS:-60}"
 cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DDEFERRED_UNMAP_BUILD_EXAMPLES=OFF
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DDEFERRED_UNMAP_BUILD_TESTS=ON -DDEFERRED_UNMAP_BUILD_EXAMPLES=OFF
 cmake --build build/fuzz --target fuzz_queue -j2
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
