@@ -35,18 +35,6 @@ struct du_queue {
 
 namespace deferred_unmap::detail::c_api {
 
-inline reclaim_options to_options(const du_options& opts) noexcept {
-    reclaim_options options;
-    options.unmap_chunk_bytes = opts.unmap_chunk_bytes;
-    options.max_pending_bytes = opts.max_pending_bytes;
-    options.max_delay = std::chrono::nanoseconds{opts.max_delay_ns};
-    options.close_on_worker = opts.close_on_worker != 0;
-    options.unmap_on_worker = opts.unmap_on_worker != 0;
-    return options;
-}
-
-inline bool valid(const du_options& opts) noexcept { return opts.unmap_chunk_bytes > 0 && opts.max_delay_ns >= 0; }
-
 inline du_queue_options defaults() noexcept {
     const reclaim_options d;
     du_queue_options opts{};
@@ -63,6 +51,17 @@ inline du_queue_options defaults() noexcept {
     opts.call_overhead_ns = d.prior.call_overhead.count();
     opts.initial_capacity = d.initial_capacity;
     return opts;
+}
+
+// The first options layout, as the growable one with the defaults for everything it lacks.
+inline du_queue_options widen(const du_options& opts) noexcept {
+    du_queue_options wide = defaults();
+    wide.unmap_chunk_bytes = opts.unmap_chunk_bytes;
+    wide.max_pending_bytes = opts.max_pending_bytes;
+    wide.max_delay_ns = opts.max_delay_ns;
+    wide.close_on_worker = opts.close_on_worker;
+    wide.unmap_on_worker = opts.unmap_on_worker;
+    return wide;
 }
 
 // What a caller compiled against another header passed: its fields over the defaults of the rest.
@@ -190,23 +189,18 @@ extern "C" {
 
 void du_options_init(du_options* opts) noexcept {
     if (opts == nullptr) return;
-    const deferred_unmap::reclaim_options defaults;
+    const du_queue_options defaults = deferred_unmap::detail::c_api::defaults();
     opts->unmap_chunk_bytes = defaults.unmap_chunk_bytes;
     opts->max_pending_bytes = defaults.max_pending_bytes;
-    opts->max_delay_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(defaults.max_delay).count();
-    opts->close_on_worker = defaults.close_on_worker ? 1 : 0;
-    opts->unmap_on_worker = defaults.unmap_on_worker ? 1 : 0;
+    opts->max_delay_ns = defaults.max_delay_ns;
+    opts->close_on_worker = defaults.close_on_worker;
+    opts->unmap_on_worker = defaults.unmap_on_worker;
 }
 
 du_queue* du_queue_create(const du_options* opts) noexcept {
-    du_options chosen;
-    du_options_init(&chosen);
-    if (opts != nullptr) chosen = *opts;
-    if (!deferred_unmap::detail::c_api::valid(chosen)) {
-        errno = EINVAL;
-        return nullptr;
-    }
-    return deferred_unmap::detail::c_api::create(deferred_unmap::detail::c_api::to_options(chosen));
+    if (opts == nullptr) return du_queue_create_with(nullptr);
+    const du_queue_options wide = deferred_unmap::detail::c_api::widen(*opts);
+    return du_queue_create_with(&wide);
 }
 
 void du_queue_options_init_sized(du_queue_options* opts, size_t size) noexcept {
