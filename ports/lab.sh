@@ -4,7 +4,9 @@
 #
 #   sudo ports/lab.sh setup   DIR        # trixie root, stock compositors, build deps, sources (~6 min)
 #   sudo ports/lab.sh build   DIR        # stock + patched kwin_wayland, libwlroots, clients (~45 min first time)
-#   sudo ports/lab.sh measure DIR [--reps N] [--variant NAME=PATCHFILE ...] [--only kwin|sway|weston|shm_compositor]
+#   sudo ports/lab.sh measure DIR [--reps N] [--variant NAME=PATCH[,PATCH...] ...] [--kwin-variant NAME=PATCH[,...] ...]
+#                                 [--only kwin|sway|weston|shm_compositor]
+#   (--variant: an extra wlroots build, e.g. a peer's patch; --kwin-variant: the KWin series plus more)
 #   sudo ports/lab.sh umount  DIR        # undo the bind mounts (before rm -rf --one-file-system DIR)
 #
 # See ports/README.md for what each step does, how long it takes and what it prints.
@@ -143,6 +145,33 @@ build_kwin() {
     # The build tree is left patched; `git -C $src reset --hard stock` before rebuilding stock.
 }
 
+# build_kwin_variant DIR NAME=PATCH[,PATCH...]: the series plus more patches, staged as kwin-NAME;
+# rebuilt only when a patch is newer than the staged binary. The tree goes back to the series after.
+build_kwin_variant() {
+    local dir=$1 spec=$2
+    local name=${spec%%=*} list=${spec#*=} patches=() p
+    [ "$name" != "$spec" ] && [ -n "$name" ] || die "--kwin-variant wants NAME=PATCHFILE[,PATCHFILE...], got $spec"
+    case $name in stock|ours) die "variant name $name is taken" ;; esac
+    IFS=, read -r -a patches <<<"$list"
+    local stale=0
+    [ -x "$dir/opt/lab/kwin-$name/kwin_wayland" ] || stale=1
+    for p in "${patches[@]}"; do
+        [ -r "$p" ] || die "kwin variant $name: cannot read $p"
+        [ "$p" -nt "$dir/opt/lab/kwin-$name/kwin_wayland" ] && stale=1
+    done
+    [ $stale = 1 ] || { log "kwin $name: up to date"; return 0; }
+    log "kwin $KWIN_VERSION + ports/kwin/*.patch + $list: incremental rebuild"
+    rm -rf "$dir/src/patches-kwin-$name" && mkdir -p "$dir/src/patches-kwin-$name"
+    local i=0
+    for p in "${patches[@]}"; do i=$((i + 1)); cp "$p" "$dir/src/patches-kwin-$name/$(printf %02d $i)-$(basename "$p")"; done
+    local src=/src/kwin-$KWIN_VERSION am="git -c user.name=lab -c user.email=lab@localhost am -q"
+    in_root "$dir" "cd $src && git reset -q --hard stock && $am /src/patches-kwin/*.patch && $am /src/patches-kwin-$name/*.patch \
+        && ninja -C /src/kwin-build -j$JOBS kwin_wayland" || die "kwin $name build failed"
+    stage_kwin "$dir" "$name"
+    in_root "$dir" "cd $src && git reset -q --hard stock && $am /src/patches-kwin/*.patch && ninja -C /src/kwin-build -j$JOBS kwin_wayland >/dev/null" \
+        || die "kwin: rebuilding the series after variant $name failed"
+}
+
 # build_wlroots DIR NAME [PATCH...]: wlroots 0.18.2 with the patches applied, staged as /opt/lab/wlroots-NAME
 build_wlroots() {
     local dir=$1 name=$2; shift 2
@@ -174,14 +203,16 @@ build_variant() {
 cmd_build() {
     need_root
     local dir=$1; shift
-    local only=all variants=()
+    local only=all variants=() kwin_variants=()
     while [ $# -gt 0 ]; do
         case $1 in
         --only) only=$2; shift 2 ;;
         --variant) variants+=("$2"); shift 2 ;;
+        --kwin-variant) kwin_variants+=("$2"); shift 2 ;;
         *) die "build: unknown option $1" ;;
         esac
     done
+    local v
     mount_root "$dir"
     # The sources are owned by whoever unpacked them; git in the root must not refuse them.
     in_root "$dir" "git config --global --get safe.directory >/dev/null || git config --global --add safe.directory '*'"
@@ -189,10 +220,12 @@ cmd_build() {
     if [ "$only" = all ] || [ "$only" = wlroots ]; then
         build_wlroots "$dir" stock
         build_wlroots "$dir" ours "$here"/wlroots/*.patch
-        local v
         for v in "${variants[@]}"; do build_variant "$dir" "$v"; done
     fi
-    if [ "$only" = all ] || [ "$only" = kwin ]; then build_kwin "$dir"; fi
+    if [ "$only" = all ] || [ "$only" = kwin ]; then
+        build_kwin "$dir"
+        for v in "${kwin_variants[@]}"; do build_kwin_variant "$dir" "$v"; done
+    fi
     log "build done"
 }
 
@@ -442,21 +475,26 @@ measure_shm_compositor() {
 cmd_measure() {
     need_root
     local dir=$1; shift
-    local reps=3 variants=() only=all
+    local reps=3 variants=() kwin_variants=() only=all
     while [ $# -gt 0 ]; do
         case $1 in
         --reps) reps=$2; shift 2 ;;
         --variant) variants+=("$2"); shift 2 ;;
+        --kwin-variant) kwin_variants+=("$2"); shift 2 ;;
         --only) only=$2; shift 2 ;;
         *) die "measure: unknown option $1" ;;
         esac
     done
     mount_root "$dir"
     [ -x "$dir$CLIENT" ] || die "run lab.sh build first"
-    local v names=()
+    local v names=() kwin_names=()
     for v in "${variants[@]}"; do
         build_variant "$dir" "$v" >&2
         names+=("${v%%=*}")
+    done
+    for v in "${kwin_variants[@]}"; do
+        build_kwin_variant "$dir" "$v" >&2
+        kwin_names+=("${v%%=*}")
     done
     kill_stale "$dir"
     local stamp
@@ -474,7 +512,7 @@ cmd_measure() {
         # Interleaved, so a host that gets slower during the run hurts every build alike.
         if [ "$only" = all ] || [ "$only" = shm_compositor ]; then measure_shm_compositor "$dir" "$out" "$rep"; fi
         if [ "$only" = all ] || [ "$only" = kwin ]; then
-            for b in stock ours; do measure_one "$dir" "$out" kwin $b "$rep"; done
+            for b in stock ours "${kwin_names[@]}"; do measure_one "$dir" "$out" kwin "$b" "$rep"; done
         fi
         if [ "$only" = all ] || [ "$only" = sway ]; then
             for b in stock ours "${names[@]}"; do measure_one "$dir" "$out" sway "$b" "$rep"; done
