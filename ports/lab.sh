@@ -138,15 +138,22 @@ build_kwin() {
         stage_kwin "$dir" stock
     fi
     log "kwin $KWIN_VERSION + ports/kwin/*.patch: incremental rebuild"
-    rm -rf "$dir/src/patches-kwin" && mkdir -p "$dir/src/patches-kwin" && cp "$here"/kwin/*.patch "$dir/src/patches-kwin/"
-    in_root "$dir" "cd $src && git reset -q --hard stock && git -c user.name=lab -c user.email=lab@localhost am -q /src/patches-kwin/*.patch \
-        && cmake /src/kwin-build >/dev/null && ninja -C /src/kwin-build -j$JOBS kwin_wayland" || die "kwin patched build failed"
+    # Same series as last time: leave the tree alone (re-applying it touches CMakeLists.txt, and
+    # ninja then rebuilds 247 steps); ninja still catches edits made to the tree by hand.
+    if ! diff -rq "$here/kwin" "$dir/src/patches-kwin" -x README.md -x alternatives >/dev/null 2>&1; then
+        rm -rf "$dir/src/patches-kwin" && mkdir -p "$dir/src/patches-kwin" && cp "$here"/kwin/*.patch "$dir/src/patches-kwin/"
+        in_root "$dir" "cd $src && git reset -q --hard stock && git -c user.name=lab -c user.email=lab@localhost am -q /src/patches-kwin/*.patch \
+            && cmake /src/kwin-build >/dev/null" || die "kwin: applying the series failed"
+    fi
+    in_root "$dir" "ninja -C /src/kwin-build -j$JOBS kwin_wayland" || die "kwin patched build failed"
     stage_kwin "$dir" ours
     # The build tree is left patched; `git -C $src reset --hard stock` before rebuilding stock.
 }
 
 # build_kwin_variant DIR NAME=PATCH[,PATCH...]: the series plus more patches, staged as kwin-NAME;
-# rebuilt only when a patch is newer than the staged binary. The tree goes back to the series after.
+# rebuilt only when a patch is newer than the staged binary. The extra patches are applied with
+# `git apply` on top of the series and reverted after, so only the files they touch are rebuilt
+# (resetting to `stock` and applying the series again would touch CMakeLists.txt: a 247-step rebuild).
 build_kwin_variant() {
     local dir=$1 spec=$2
     local name=${spec%%=*} list=${spec#*=} patches=() p
@@ -164,11 +171,13 @@ build_kwin_variant() {
     rm -rf "$dir/src/patches-kwin-$name" && mkdir -p "$dir/src/patches-kwin-$name"
     local i=0
     for p in "${patches[@]}"; do i=$((i + 1)); cp "$p" "$dir/src/patches-kwin-$name/$(printf %02d $i)-$(basename "$p")"; done
-    local src=/src/kwin-$KWIN_VERSION am="git -c user.name=lab -c user.email=lab@localhost am -q"
-    in_root "$dir" "cd $src && git reset -q --hard stock && $am /src/patches-kwin/*.patch && $am /src/patches-kwin-$name/*.patch \
-        && ninja -C /src/kwin-build -j$JOBS kwin_wayland" || die "kwin $name build failed"
+    local src=/src/kwin-$KWIN_VERSION
+    in_root "$dir" "cd $src && git diff --quiet HEAD && [ \"\$(git rev-list --count stock..HEAD)\" = \"\$(ls /src/patches-kwin/*.patch | wc -l)\" ]" \
+        || die "kwin: $src is not at the series (run lab.sh build first)"
+    in_root "$dir" "cd $src && git apply /src/patches-kwin-$name/*.patch && ninja -C /src/kwin-build -j$JOBS kwin_wayland" \
+        || die "kwin $name build failed"
     stage_kwin "$dir" "$name"
-    in_root "$dir" "cd $src && git reset -q --hard stock && $am /src/patches-kwin/*.patch && ninja -C /src/kwin-build -j$JOBS kwin_wayland >/dev/null" \
+    in_root "$dir" "cd $src && git checkout -q -- . && ninja -C /src/kwin-build -j$JOBS kwin_wayland >/dev/null" \
         || die "kwin: rebuilding the series after variant $name failed"
 }
 
