@@ -5,7 +5,7 @@
 #   sudo ports/lab.sh setup   DIR        # trixie root, stock compositors, build deps, sources (~6 min)
 #   sudo ports/lab.sh build   DIR        # stock + patched kwin_wayland, libwlroots, clients (~45 min first time)
 #   sudo ports/lab.sh measure DIR [--reps N] [--variant NAME=PATCH[,PATCH...] ...] [--kwin-variant NAME=PATCH[,...] ...]
-#                                 [--only kwin|sway|weston|shm_compositor]
+#                                 [--only kwin,sway,weston,shm_compositor]
 #   (--variant: an extra wlroots build, e.g. a peer's patch; --kwin-variant: the KWin series plus more)
 #   sudo ports/lab.sh umount  DIR        # undo the bind mounts (before rm -rf --one-file-system DIR)
 #
@@ -481,6 +481,9 @@ measure_shm_compositor() {
     done
 }
 
+# wants LIST NAME: LIST is "all" or a comma-separated list of names
+wants() { [ "$1" = all ] || [[ ",$1," == *",$2,"* ]]; }
+
 cmd_measure() {
     need_root
     local dir=$1; shift
@@ -519,14 +522,14 @@ cmd_measure() {
     local rep b
     for rep in $(seq "$reps"); do
         # Interleaved, so a host that gets slower during the run hurts every build alike.
-        if [ "$only" = all ] || [ "$only" = shm_compositor ]; then measure_shm_compositor "$dir" "$out" "$rep"; fi
-        if [ "$only" = all ] || [ "$only" = kwin ]; then
+        if wants "$only" shm_compositor; then measure_shm_compositor "$dir" "$out" "$rep"; fi
+        if wants "$only" kwin; then
             for b in stock ours "${kwin_names[@]}"; do measure_one "$dir" "$out" kwin "$b" "$rep"; done
         fi
-        if [ "$only" = all ] || [ "$only" = sway ]; then
+        if wants "$only" sway; then
             for b in stock ours "${names[@]}"; do measure_one "$dir" "$out" sway "$b" "$rep"; done
         fi
-        if [ "$only" = all ] || [ "$only" = weston ]; then measure_one "$dir" "$out" weston debian "$rep"; fi
+        if wants "$only" weston; then measure_one "$dir" "$out" weston debian "$rep"; fi
     done
     trap - EXIT
     kill_stale "$dir"
