@@ -109,7 +109,10 @@ install_library() {
     local dir=$1
     log "deferred_unmap: copy of $repo into $dir/src/deferred_unmap, install to /usr/local"
     rm -rf "$dir/src/deferred_unmap" && mkdir -p "$dir/src/deferred_unmap"
-    (cd "$repo" && git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$dir/src/deferred_unmap")
+    # Tracked and untracked files that exist (a file deleted but not yet committed is skipped).
+    (cd "$repo" && git ls-files -z --cached --others --exclude-standard |
+        while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+        xargs -0 cp --parents -t "$dir/src/deferred_unmap")
     in_root "$dir" "cd /src && cmake -S deferred_unmap -B du-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_INSTALL_PREFIX=/usr/local -DDEFERRED_UNMAP_BUILD_TESTS=OFF -DDEFERRED_UNMAP_BUILD_EXAMPLES=ON \
         -DCMAKE_CXX_FLAGS=-Wno-error=missing-field-initializers >/src/du-configure.log 2>&1 \
