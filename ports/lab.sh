@@ -141,8 +141,8 @@ build_kwin() {
         stage_kwin "$dir" stock
     fi
     log "kwin $KWIN_VERSION + ports/kwin/*.patch: incremental rebuild"
-    # Same series as last time: leave the tree alone (re-applying it touches CMakeLists.txt, and
-    # ninja then rebuilds 247 steps); ninja still catches edits made to the tree by hand.
+    # Same series as last time: leave the tree alone (nothing to rebuild); ninja still catches
+    # edits made to the tree by hand.
     if ! diff -rq "$here/kwin" "$dir/src/patches-kwin" -x README.md -x alternatives >/dev/null 2>&1; then
         rm -rf "$dir/src/patches-kwin" && mkdir -p "$dir/src/patches-kwin" && cp "$here"/kwin/*.patch "$dir/src/patches-kwin/"
         in_root "$dir" "cd $src && git reset -q --hard stock && git -c user.name=lab -c user.email=lab@localhost am -q /src/patches-kwin/*.patch \
@@ -156,7 +156,8 @@ build_kwin() {
 # build_kwin_variant DIR NAME=PATCH[,PATCH...]: the series plus more patches, staged as kwin-NAME;
 # rebuilt only when a patch is newer than the staged binary. The extra patches are applied with
 # `git apply` on top of the series and reverted after, so only the files they touch are rebuilt
-# (resetting to `stock` and applying the series again would touch CMakeLists.txt: a 247-step rebuild).
+# (resetting to `stock` and applying series and variant with `git am`, without re-running cmake, made
+# ninja rebuild 247 steps here).
 build_kwin_variant() {
     local dir=$1 spec=$2
     local name=${spec%%=*} list=${spec#*=} patches=() p
