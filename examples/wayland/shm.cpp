@@ -134,7 +134,14 @@ void shm_create_pool(wl_client* client, wl_resource* resource, std::uint32_t id,
     ++shm.counters().pools_created;
 }
 
-const struct wl_shm_interface shm_impl = {.create_pool = shm_create_pool};
+// Value-initialised, then filled: libwayland 1.23 added `release` (wl_shm version 2), which a global
+// created at version 1 never receives, and a designated list naming only create_pool does not build
+// there under -Werror=missing-field-initializers.
+const struct wl_shm_interface shm_impl = [] {
+    struct wl_shm_interface impl{};
+    impl.create_pool = shm_create_pool;
+    return impl;
+}();
 
 void bind_shm(wl_client* client, void* data, std::uint32_t version, std::uint32_t id) {
     wl_resource* resource = wl_resource_create(client, &wl_shm_interface, static_cast<int>(version), id);
