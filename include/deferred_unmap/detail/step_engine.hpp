@@ -69,6 +69,19 @@ struct step_limits {
     step_site site = step_site::drain;
 };
 
+/// Whole pages of munmap that `model` predicts take at most `max_step`, at least one `page`; saturates
+/// at the largest page multiple of size_t for a zero rate. Pure, O(1).
+inline std::size_t step_bytes(const cost_model& model, std::chrono::nanoseconds max_step, std::size_t page) noexcept {
+    const double room = static_cast<double>((max_step - model.call_overhead).count());
+    constexpr auto largest = std::numeric_limits<std::size_t>::max();
+    if (room <= 0.0) return page;
+    // Compared in double so a tiny rate cannot overflow the conversion back to size_t.
+    const double fits = model.unmap_ns_per_byte > 0.0 ? room / model.unmap_ns_per_byte : static_cast<double>(largest);
+    if (fits >= static_cast<double>(largest / 2)) return largest / page * page;
+    const auto pages = static_cast<std::size_t>(fits) / page;
+    return std::max(pages, std::size_t{1}) * page;
+}
+
 template <class Clock, class Os>
 class step_engine {
 public:
@@ -145,8 +158,12 @@ private:
 
     [[nodiscard]] bool unmapping() const DU_REQUIRES(mutex_) { return current_.unmapped < current_.length; }
 
+    // The next munmap's length: as many whole pages as the model predicts fit in max_step, at least one
+    // page (a step must make progress however slow the model says the machine is), at most
+    // min(unmap_chunk_bytes, what is left of the current item).
     [[nodiscard]] std::size_t next_chunk() const DU_REQUIRES(mutex_) {
-        return std::min(chunk_bytes_, current_.length - current_.unmapped);
+        const std::size_t upper = std::min(chunk_bytes_, current_.length - current_.unmapped);
+        return std::min(step_bytes(model_, options_.max_step, page_size()), upper);
     }
 
     [[nodiscard]] std::chrono::nanoseconds predict_next() const DU_REQUIRES(mutex_) {
