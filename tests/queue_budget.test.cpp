@@ -230,3 +230,25 @@ TEST_CASE("options: a max_step that is not positive is refused") {
     CHECK(du::validate(du::reclaim_options{.max_step = 0ns}) == std::errc::invalid_argument);
     CHECK(du::validate(du::reclaim_options{.max_step = -1us}) == std::errc::invalid_argument);
 }
+
+TEST_CASE("queue: a preempted step does not change the model, but its wall time is still spent") {
+    // 3/64 ns per byte is exact in binary, so a step that costs what the model predicts leaves it
+    // bit-for-bit unchanged: a 2 MiB step costs 1 us + 98.304 us of CPU, ~0.1 ms.
+    constexpr double rate = 3.0 / 64.0;
+    auto& os = scripted_costs();
+    os.unmap_ns_per_byte = rate;
+    const auto model = unmap_model(rate);
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = 2 * mib, .prior = model})};
+    q.push(dt::make_region(4 * mib));
+    os.preempt = 50ms - 99'304ns;  // the step takes 50 ms of wall time, ~0.1 ms of it on the CPU
+    const auto report = q.drain(1ns);
+    os.preempt = 0ns;
+    REQUIRE(report.steps == 1);
+    CHECK(report.elapsed >= 50ms);  // budgets are wall time
+    CHECK(q.model().unmap_ns_per_byte == model.unmap_ns_per_byte);
+    CHECK(q.model().call_overhead == model.call_overhead);
+    // The same step unpreempted but twice as slow on the CPU does move the model: the test can fail.
+    os.unmap_ns_per_byte = 2 * rate;
+    q.drain(1ns);
+    CHECK(q.model().unmap_ns_per_byte > model.unmap_ns_per_byte);
+}

@@ -174,6 +174,7 @@ private:
     time_point timed_step(time_point before, drain_report& report, step_site site) DU_REQUIRES(mutex_) {
         step_outcome step;
         step.site = site;
+        const std::chrono::nanoseconds cpu_before = cpu_now();
         const bool unmap_step = unmapping();
         const std::size_t bytes = unmap_step ? next_chunk() : current_.close_bytes;
         if (unmap_step) {
@@ -185,9 +186,16 @@ private:
         }
         const time_point after = Clock::now();
         step.took = elapsed<Clock>(before, after);
+        // Budgets are kept in wall time (step.took), but the model learns from the thread's CPU time
+        // where the Os offers it: a step whose thread was preempted took long on the wall clock, not
+        // in the kernel, and must not make the next drains timid. CPU time never exceeds wall time
+        // for one thread, so the min only guards against a clock that could not be read.
+        std::chrono::nanoseconds learned = step.took;
+        const std::chrono::nanoseconds cpu_after = cpu_now();
+        if (cpu_before.count() >= 0 && cpu_after.count() >= 0) learned = std::min(learned, cpu_after - cpu_before);
         const bool clean = step.unmap_errors == 0 && step.close_errors == 0;
-        if (clean && unmap_step) model_.learn_unmap(bytes, step.took);
-        if (clean && !unmap_step) model_.learn_close(bytes, step.took);
+        if (clean && unmap_step) model_.learn_unmap(bytes, learned);
+        if (clean && !unmap_step) model_.learn_close(bytes, learned);
         step.item_done = !unmapping() && (current_.fd < 0 || !unmap_step);
         if (step.item_done) in_flight_ = false;
         ++report.steps;
@@ -196,6 +204,12 @@ private:
         report.errors += step.unmap_errors + step.close_errors;
         books_.record_step(step, model_, after);
         return after;
+    }
+
+    // The calling thread's CPU time, or -1 ns when the Os has no such clock (or could not read it).
+    static std::chrono::nanoseconds cpu_now() noexcept {
+        if constexpr (has_thread_cpu_time<Os>) return Os::thread_cpu_time();
+        else return std::chrono::nanoseconds{-1};
     }
 
     // One munmap of `bytes` at `at`; on failure, one munmap of the whole `rest`, so nothing is lost to
