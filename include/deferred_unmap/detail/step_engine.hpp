@@ -116,6 +116,7 @@ public:
         lock_guard lock(mutex_);
         if (!load_current()) return false;
         drain_report scratch;
+        cpu_mark_ = cpu_now();
         timed_step(Clock::now(), scratch, step_site::worker);
         return true;
     }
@@ -133,6 +134,7 @@ private:
     // The one loop: drain, drain_until, flush and the cap all come here.
     void run(const step_limits<Clock>& limits, drain_report& report, const hand_off_fn& hand_off) DU_REQUIRES(mutex_) {
         time_point now = Clock::now();
+        cpu_mark_ = cpu_now();
         while (load_current()) {
             if (limits.until_under_cap && books_.pending_bytes() <= options_.max_pending_bytes) break;
             if (limits.hand_off && !unmapping() && hand_off && hand_off(current_.fd, current_.close_bytes)) {
@@ -140,6 +142,7 @@ private:
                 books_.retire();
                 in_flight_ = false;
                 now = Clock::now();  // so the hand-off is not timed as part of the next step
+                cpu_mark_ = cpu_now();
                 if (now >= limits.deadline) break;  // bare fds pushed without end still stop
                 continue;
             }
@@ -174,7 +177,7 @@ private:
     time_point timed_step(time_point before, drain_report& report, step_site site) DU_REQUIRES(mutex_) {
         step_outcome step;
         step.site = site;
-        const std::chrono::nanoseconds cpu_before = cpu_now();
+        const std::chrono::nanoseconds cpu_before = cpu_mark_;
         const bool unmap_step = unmapping();
         const std::size_t bytes = unmap_step ? next_chunk() : current_.close_bytes;
         if (unmap_step) {
@@ -192,6 +195,7 @@ private:
         // for one thread, so the min only guards against a clock that could not be read.
         std::chrono::nanoseconds learned = step.took;
         const std::chrono::nanoseconds cpu_after = cpu_now();
+        cpu_mark_ = cpu_after;  // the next step of this run starts here, as `after` is its wall start
         if (cpu_before.count() >= 0 && cpu_after.count() >= 0) learned = std::min(learned, cpu_after - cpu_before);
         const bool clean = step.unmap_errors == 0 && step.close_errors == 0;
         if (clean && unmap_step) model_.learn_unmap(bytes, learned);
@@ -241,6 +245,9 @@ private:
     reclaim_item current_ DU_GUARDED_BY(mutex_){};
     bool in_flight_ DU_GUARDED_BY(mutex_) = false;
     cost_model model_ DU_GUARDED_BY(mutex_);
+    /// The thread CPU clock where the next step starts: read once per step, since on Linux each read
+    /// is a system call (~0.6 us on a VM), like `now` for the wall clock.
+    std::chrono::nanoseconds cpu_mark_ DU_GUARDED_BY(mutex_){-1};
 };
 
 }  // namespace deferred_unmap::detail
