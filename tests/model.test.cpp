@@ -55,8 +55,9 @@ TEST_CASE("model: a max_delay of forever means no deadline, not one in the dista
 }
 
 TEST_CASE("model: an unmap_chunk_bytes past the last page multiple unmaps each mapping in one call") {
+    // A max_step no step reaches, so the chunk alone sets the length.
     auto& os = du_reliability::dt::reset();
-    du_reliability::scripted_queue q{du_reliability::inline_mode({.unmap_chunk_bytes = std::numeric_limits<std::size_t>::max()})};
+    du_reliability::scripted_queue q{du_reliability::inline_mode({.unmap_chunk_bytes = std::numeric_limits<std::size_t>::max(), .max_step = std::chrono::hours{1}})};
     q.push(du_reliability::dt::make_region(std::size_t{8} << 20U));
     q.flush();
     CHECK(os.count(du_reliability::call_kind::unmap) == 1);

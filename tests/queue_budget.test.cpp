@@ -149,3 +149,106 @@ TEST_CASE("queue: the report says what one drain did and what is left") {
     CHECK(report.pending_items == 0);
     CHECK(report.elapsed == 6us + 8 * 50us + 8 * 150us);
 }
+
+namespace {
+
+// A model and a script that agree: `rate` ns per byte unmapped, 1 us per call.
+du::cost_model unmap_model(double rate) {
+    du::cost_model m = exact_model();
+    m.unmap_ns_per_byte = rate;
+    return m;
+}
+
+// The lengths of the unmap calls made since the script had `seen` calls.
+std::vector<std::size_t> unmap_lengths(std::size_t seen) {
+    std::vector<std::size_t> lengths;
+    const auto calls = dt::script().calls();
+    for (std::size_t i = seen; i < calls.size(); ++i)
+        if (calls[i].op == call_kind::unmap) lengths.push_back(calls[i].length);
+    return lengths;
+}
+
+}  // namespace
+
+TEST_CASE("queue: on a fast machine a whole 20 MiB pool goes in one munmap step") {
+    constexpr double fast = 5'000.0 / static_cast<double>(mib);  // 5 us per MiB: 20 MiB in ~100 us
+    auto& os = scripted_costs();
+    os.unmap_ns_per_byte = fast;
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = 64 * mib, .prior = unmap_model(fast)})};
+    q.push(dt::make_region(20 * mib));
+    q.drain(10ms);
+    CHECK(q.empty());
+    CHECK(unmap_lengths(0) == std::vector<std::size_t>{20 * mib});
+}
+
+TEST_CASE("queue: on a slow machine steps are cut so each is predicted, and measured, within max_step") {
+    constexpr double slow = 0.5;  // ~524 us per MiB: a 2 MiB chunk would hold mmap_lock for ~1 ms
+    auto& os = scripted_costs();
+    os.unmap_ns_per_byte = slow;
+    const auto model = unmap_model(slow);
+    scripted_queue q{inline_mode({.max_step = 200us, .prior = model})};
+    q.push(dt::make_region(4 * mib));
+    while (!q.empty()) q.drain(1ms);
+    const auto lengths = unmap_lengths(0);
+    const std::size_t page = du::detail::page_size();
+    // floor((200 us - 1 us) / 0.5 ns) bytes, in whole pages.
+    const std::size_t expected = 398'000 / page * page;
+    REQUIRE(lengths.size() == (4 * mib + expected - 1) / expected);
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+        if (i + 1 < lengths.size()) CHECK(lengths[i] == expected);
+        CHECK(lengths[i] % page == 0);
+        CHECK(model.predict_unmap(lengths[i]) <= 200us);
+        CHECK(cost_of({call_kind::unmap, nullptr, lengths[i]}) <= 200us);
+    }
+    CHECK(q.stats().bytes_unmapped == 4 * mib);
+}
+
+TEST_CASE("queue: unmap_chunk_bytes still caps a step the model would let run longer") {
+    constexpr double fast = 5'000.0 / static_cast<double>(mib);
+    auto& os = scripted_costs();
+    os.unmap_ns_per_byte = fast;
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = 2 * mib, .prior = unmap_model(fast)})};
+    q.push(dt::make_region(20 * mib));
+    q.drain(10ms);
+    CHECK(q.empty());
+    CHECK(unmap_lengths(0) == std::vector<std::size_t>(10, 2 * mib));
+}
+
+TEST_CASE("queue: a step is never shorter than one page, however slow the model") {
+    const std::size_t page = du::detail::page_size();
+    CHECK(du::detail::step_bytes(unmap_model(1e6), 200us, page) == page);
+    du::cost_model heavy = exact_model();
+    heavy.call_overhead = 1ms;  // the overhead alone exceeds max_step
+    CHECK(du::detail::step_bytes(heavy, 200us, page) == page);
+    // A zero rate: any length fits, so the cap (unmap_chunk_bytes, what is left) decides.
+    CHECK(du::detail::step_bytes(unmap_model(0.0), 200us, page) % page == 0);
+    CHECK(du::detail::step_bytes(unmap_model(0.0), 200us, page) >= (std::size_t{1} << 40));
+}
+
+TEST_CASE("options: a max_step that is not positive is refused") {
+    CHECK(!du::validate(du::reclaim_options{}));
+    CHECK(du::validate(du::reclaim_options{.max_step = 0ns}) == std::errc::invalid_argument);
+    CHECK(du::validate(du::reclaim_options{.max_step = -1us}) == std::errc::invalid_argument);
+}
+
+TEST_CASE("queue: a preempted step does not change the model, but its wall time is still spent") {
+    // 3/64 ns per byte is exact in binary, so a step that costs what the model predicts leaves it
+    // bit-for-bit unchanged: a 2 MiB step costs 1 us + 98.304 us of CPU, ~0.1 ms.
+    constexpr double rate = 3.0 / 64.0;
+    auto& os = scripted_costs();
+    os.unmap_ns_per_byte = rate;
+    const auto model = unmap_model(rate);
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = 2 * mib, .prior = model})};
+    q.push(dt::make_region(4 * mib));
+    os.preempt = 50ms - 99'304ns;  // the step takes 50 ms of wall time, ~0.1 ms of it on the CPU
+    const auto report = q.drain(1ns);
+    os.preempt = 0ns;
+    REQUIRE(report.steps == 1);
+    CHECK(report.elapsed >= 50ms);  // budgets are wall time
+    CHECK(q.model().unmap_ns_per_byte == model.unmap_ns_per_byte);
+    CHECK(q.model().call_overhead == model.call_overhead);
+    // The same step unpreempted but twice as slow on the CPU does move the model: the test can fail.
+    os.unmap_ns_per_byte = 2 * rate;
+    q.drain(1ns);
+    CHECK(q.model().unmap_ns_per_byte > model.unmap_ns_per_byte);
+}

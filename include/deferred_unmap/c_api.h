@@ -82,6 +82,7 @@ typedef struct du_queue_options {
     size_t initial_capacity;    /* items reserved up front */
     du_error_fn on_error;       /* NULL: errors are only counted */
     void *on_error_data;
+    int64_t max_step_ns;        /* longest a munmap step is predicted to hold mmap_lock; must be > 0 */
 } du_queue_options;
 
 /* Totals since the queue was made, and the last burst (from a push into an empty queue until it was
@@ -151,7 +152,7 @@ void du_queue_options_init_sized(du_queue_options *opts, size_t size) DU_NOEXCEP
 #define du_queue_options_init(opts) du_queue_options_init_sized((opts), sizeof *(opts))
 
 /* A new queue from options filled by du_queue_options_init (NULL: defaults). NULL + errno on failure:
- * EINVAL (size too small, zero unmap_chunk_bytes, a negative delay or pause, a negative, NaN or infinite
+ * EINVAL (size too small, zero unmap_chunk_bytes, a max_step_ns not > 0, a negative delay or pause, a negative, NaN or infinite
  * prior, an overhead over a day), E2BIG (a newer caller set fields this library does not know), ENOMEM, EAGAIN (no thread), EMFILE/ENFILE (no pipe for the worker's descriptor). */
 du_queue *du_queue_create_with(const du_queue_options *opts) DU_NOEXCEPT;
 

@@ -14,12 +14,14 @@
 #pragma once
 
 #include <cerrno>
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 
 #include <sys/mman.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
@@ -46,6 +48,15 @@ struct posix_os {
     /// close(2), exactly once: on Linux the descriptor is gone even when close reports EINTR or EIO,
     /// so a retry could close a descriptor another thread has just been given. Returns 0 or errno.
     static int close(int fd) noexcept { return ::close(fd) == 0 ? 0 : errno; }
+    /// CPU time the calling thread has used (CLOCK_THREAD_CPUTIME_ID), or -1 ns when the clock cannot
+    /// be read. Cost: one clock_gettime, a real syscall on Linux (the vDSO does not serve this
+    /// clock). The queue learns from it, so time the thread spent
+    /// preempted does not count as the cost of the call it interrupted.
+    static std::chrono::nanoseconds thread_cpu_time() noexcept {
+        timespec ts{};
+        if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return std::chrono::nanoseconds{-1};
+        return std::chrono::seconds{ts.tv_sec} + std::chrono::nanoseconds{ts.tv_nsec};
+    }
 };
 
 /// What a type needs to serve as the `Os` policy of the handles and the queue.
@@ -56,7 +67,15 @@ concept os_policy = requires(void* addr, std::size_t length, int fd, off_t offse
     { Os::close(fd) } noexcept -> std::same_as<int>;
 };
 
+/// An Os policy that can also say how much CPU time the calling thread has used (optional: a policy
+/// without it is learned from wall time alone).
+template <class Os>
+concept has_thread_cpu_time = requires {
+    { Os::thread_cpu_time() } noexcept -> std::same_as<std::chrono::nanoseconds>;
+};
+
 static_assert(os_policy<posix_os>, "posix_os must model os_policy");
+static_assert(has_thread_cpu_time<posix_os>, "posix_os reads the thread's CPU clock");
 
 namespace detail {
 

@@ -25,6 +25,11 @@ struct reclaim_options {
     /// Largest munmap per step, rounded up to whole pages. 2 MiB steps cost ~8% more in total than one
     /// munmap of a 19.8 MiB pool; 512 KiB steps ~30%.
     std::size_t unmap_chunk_bytes = std::size_t{2} << 20;
+    /// Longest a munmap step is predicted to hold mmap_lock: each step's length is chosen from the
+    /// learned model, floor_to_page((max_step - call_overhead) / unmap_ns_per_byte), between one page
+    /// and min(unmap_chunk_bytes, what is left), so a slow machine cuts its steps finer. 200 us is
+    /// what one munmap of a whole 19.8 MiB pool took on the original report's desktop. Must be > 0.
+    std::chrono::nanoseconds max_step = std::chrono::microseconds{200};
     /// Hard cap on mapped bytes waiting; a push beyond it reclaims the oldest at once until it fits.
     std::size_t max_pending_bytes = std::numeric_limits<std::size_t>::max();
     /// How long work may wait without a drain; see next_deadline(). A negative value counts as zero.
@@ -55,9 +60,10 @@ struct reclaim_options {
 };
 
 /// Empty when a queue accepts `options`; std::errc::invalid_argument when the prior is not valid()
-/// (negative, NaN or infinite). O(1), no allocation.
+/// (negative, NaN or infinite) or max_step is not positive. O(1), no allocation.
 [[nodiscard]] inline std::error_code validate(const reclaim_options& options) noexcept {
     if (!options.prior.valid()) return std::make_error_code(std::errc::invalid_argument);
+    if (options.max_step <= std::chrono::nanoseconds::zero()) return std::make_error_code(std::errc::invalid_argument);
     return {};
 }
 

@@ -53,6 +53,21 @@ private:
     }
 };
 
+/// The CPU time scripted_os reports for the calling thread: advanced only by scripted costs, so it
+/// differs from manual_clock by the scripted preemption (and by what a test advances by hand).
+/// Process-global, like manual_clock: the scripted calls of every thread add to it.
+struct cpu_clock {
+    static std::chrono::nanoseconds now() noexcept { return std::chrono::nanoseconds{ticks().load(std::memory_order_relaxed)}; }
+    static void advance(std::chrono::nanoseconds d) noexcept { ticks().fetch_add(d.count(), std::memory_order_relaxed); }
+    static void reset() noexcept { ticks().store(0, std::memory_order_relaxed); }
+
+private:
+    static std::atomic<std::int64_t>& ticks() noexcept {
+        static std::atomic<std::int64_t> value{0};
+        return value;
+    }
+};
+
 /// One call scripted_os received.
 struct os_call {
     enum class kind { map, unmap, close };
@@ -74,6 +89,9 @@ public:
     double close_ns_per_byte = 0.0;
     /// Replaces the linear cost when set.
     std::function<std::chrono::nanoseconds(const os_call&)> cost;
+    /// Wall time each call takes on top of its cost without using CPU time, as if the thread were
+    /// preempted inside it: manual_clock advances by cost + preempt, cpu_clock by the cost alone.
+    std::chrono::nanoseconds preempt{0};
     /// Returns an errno to make the call fail, 0 to let it succeed. A failed unmap changes nothing; a
     /// failed close still releases the descriptor (Linux semantics), except for EBADF on a closed one.
     std::function<int(const os_call&)> fail;
@@ -128,6 +146,7 @@ public:
         call_overhead = std::chrono::nanoseconds{0};
         unmap_ns_per_byte = close_ns_per_byte = 0.0;
         cost = nullptr;
+        preempt = std::chrono::nanoseconds{0};
         fail = nullptr;
         calls_.clear();
         open_.clear();
@@ -205,7 +224,9 @@ private:
 
     void finish(const os_call& call) {
         calls_.push_back(call);
-        manual_clock::advance(cost ? cost(call) : linear_cost(call));
+        const std::chrono::nanoseconds used = cost ? cost(call) : linear_cost(call);
+        cpu_clock::advance(used);
+        manual_clock::advance(used + preempt);
     }
 
     [[nodiscard]] std::chrono::nanoseconds linear_cost(const os_call& call) const noexcept {
@@ -236,9 +257,11 @@ struct scripted_os {
     }
     static int unmap(void* addr, std::size_t length) noexcept { return script().do_unmap(addr, length); }
     static int close(int fd) noexcept { return script().do_close(fd); }
+    static std::chrono::nanoseconds thread_cpu_time() noexcept { return cpu_clock::now(); }
 };
 
 static_assert(os_policy<scripted_os>, "scripted_os must model os_policy");
+static_assert(has_thread_cpu_time<scripted_os>, "scripted_os scripts a CPU clock");
 
 using scripted_fd = basic_unique_fd<scripted_os>;
 using scripted_mapping = basic_mapping<scripted_os>;
@@ -247,6 +270,7 @@ using scripted_region = basic_shm_region<scripted_os>;
 /// Clears the script and sets manual_clock to 1 s (so time_point{} is safely in the past).
 inline os_script& reset() {
     script().clear();
+    cpu_clock::reset();
     manual_clock::set(manual_clock::time_point{std::chrono::seconds{1}});
     return script();
 }

@@ -400,6 +400,20 @@ static void test_bad_priors_are_refused(void) {
     opts.call_overhead_ns = INT64_MAX; /* would overflow every prediction */
     errno = 0;
     CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
+    du_queue_options_init(&opts);
+    CHECK(opts.max_step_ns == 200000);
+    const int64_t bad_steps[] = {0, -1};
+    for (size_t i = 0; i < sizeof bad_steps / sizeof bad_steps[0]; ++i) {
+        opts.max_step_ns = bad_steps[i];
+        errno = 0;
+        CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
+    }
+    /* A caller built before max_step_ns: its queue takes the default, not the zero it never set. */
+    du_queue_options old;
+    du_queue_options_init_sized(&old, offsetof(du_queue_options, max_step_ns));
+    du_queue *q = du_queue_create_with(&old);
+    CHECK(q != NULL);
+    du_queue_destroy(q);
 }
 
 static int errors_seen;

@@ -432,7 +432,7 @@ private:
         while (item != items_.end() && options_.close_on_worker && !unmapping(*item)) ++item;
         if (item == items_.end() || !unmapping(*item)) return false;
         const ref_item& it = *item;
-        if (it.length - it.unmapped <= next_chunk(it)) return false;
+        if (it.length - it.unmapped <= expected_length(it, l.call.length)) return false;
         for (std::size_t i = at + 1; i < log.size(); ++i)
             if (log[i].call.thread == l.call.thread) return false;
         return true;
@@ -441,7 +441,29 @@ private:
     // ---- the reference ----
 
     [[nodiscard]] static bool unmapping(const ref_item& it) noexcept { return it.unmapped < it.length; }
-    [[nodiscard]] std::size_t next_chunk(const ref_item& it) const noexcept { return std::min(chunk_, it.length - it.unmapped); }
+    // The reference rule for a step's length, written out apart from the queue's: the whole pages the
+    // model predicts fit in max_step (at least one), capped by the chunk and by what is left.
+    [[nodiscard]] std::size_t next_chunk(const ref_item& it) const noexcept {
+        const std::size_t page = du::detail::page_size();
+        const std::size_t cap = std::min(chunk_, it.length - it.unmapped);
+        const auto room = options_.max_step - model_.call_overhead;
+        if (room <= ns{0}) return std::min(page, cap);
+        if (model_.unmap_ns_per_byte <= 0.0) return cap;
+        const double fits = static_cast<double>(room.count()) / model_.unmap_ns_per_byte;
+        if (fits >= static_cast<double>(cap)) return cap;
+        return std::min(std::max(static_cast<std::size_t>(fits) / page, std::size_t{1}) * page, cap);
+    }
+    // The munmap length the queue may use now, given it used `seen`. With unmap_on_worker the model
+    // also learns from the worker's steps, which the manual clock does not time, so the reference
+    // cannot follow it: any whole-page length between one page and the cap is then allowed (and
+    // `seen` returned); otherwise exactly next_chunk().
+    [[nodiscard]] std::size_t expected_length(const ref_item& it, std::size_t seen) const noexcept {
+        if (!options_.unmap_on_worker) return next_chunk(it);
+        const std::size_t page = du::detail::page_size();
+        const std::size_t cap = std::min(chunk_, it.length - it.unmapped);
+        const bool allowed = seen == cap || (seen % page == 0 && seen >= page && seen <= cap);
+        return allowed ? seen : next_chunk(it);
+    }
     [[nodiscard]] ns predict(const ref_item& it) const noexcept {
         return unmapping(it) ? model_.predict_unmap(next_chunk(it)) : model_.predict_close(it.close_bytes);
     }
@@ -523,7 +545,7 @@ private:
     bool apply_step(ref_item& it, const logged& l, const std::vector<logged>& log, std::size_t& pos, step_result& r) {
         r.took = l.cost;
         if (unmapping(it)) {
-            const std::size_t chunk = next_chunk(it);
+            const std::size_t chunk = expected_length(it, l.call.length);
             const std::size_t rest = it.length - it.unmapped;
             std::byte* at = it.addr + it.unmapped;
             if (l.call.op != call_kind::unmap || l.call.addr != at || l.call.length != chunk)
