@@ -18,10 +18,10 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 
 #include <sys/mman.h>
 #include <sys/types.h>
-#include <time.h>
 #include <unistd.h>
 
 #if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
