@@ -77,7 +77,9 @@ inline std::size_t step_bytes(const cost_model& model, std::chrono::nanoseconds 
     if (room <= 0.0) return page;
     // Compared in double so a tiny rate cannot overflow the conversion back to size_t.
     const double fits = model.unmap_ns_per_byte > 0.0 ? room / model.unmap_ns_per_byte : static_cast<double>(largest);
-    if (fits >= static_cast<double>(largest / 2)) return largest / page * page;
+    // Half the range: any size_t that large already covers every mapping, and the cast stays exact.
+    constexpr double half_range = static_cast<double>(largest) / 2.0;
+    if (fits >= half_range) return largest / page * page;
     const auto pages = static_cast<std::size_t>(fits) / page;
     return std::max(pages, std::size_t{1}) * page;
 }
