@@ -168,17 +168,22 @@ std::vector<std::size_t> unmap_lengths(std::size_t seen) {
     return lengths;
 }
 
-}  // namespace
-
-TEST_CASE("queue: on a fast machine a whole 20 MiB pool goes in one munmap step") {
-    constexpr double fast = 5'000.0 / static_cast<double>(mib);  // 5 us per MiB: 20 MiB in ~100 us
-    auto& os = scripted_costs();
-    os.unmap_ns_per_byte = fast;
-    scripted_queue q{inline_mode({.unmap_chunk_bytes = 64 * mib, .prior = unmap_model(fast)})};
+// A 20 MiB pool torn down in one 10 ms drain on a fast scripted machine (5 us per MiB, 20 MiB in
+// ~100 us) whose steps unmap_chunk_bytes caps at `cap`; the munmap lengths it made.
+std::vector<std::size_t> fast_machine_steps(std::size_t cap) {
+    constexpr double fast = 5'000.0 / static_cast<double>(mib);
+    scripted_costs().unmap_ns_per_byte = fast;
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = cap, .prior = unmap_model(fast)})};
     q.push(dt::make_region(20 * mib));
     q.drain(10ms);
     CHECK(q.empty());
-    CHECK(unmap_lengths(0) == std::vector<std::size_t>{20 * mib});
+    return unmap_lengths(0);
+}
+
+}  // namespace
+
+TEST_CASE("queue: on a fast machine a whole 20 MiB pool goes in one munmap step") {
+    CHECK(fast_machine_steps(64 * mib) == std::vector<std::size_t>{20 * mib});
 }
 
 TEST_CASE("queue: on a slow machine steps are cut so each is predicted, and measured, within max_step") {
@@ -204,14 +209,7 @@ TEST_CASE("queue: on a slow machine steps are cut so each is predicted, and meas
 }
 
 TEST_CASE("queue: unmap_chunk_bytes still caps a step the model would let run longer") {
-    constexpr double fast = 5'000.0 / static_cast<double>(mib);
-    auto& os = scripted_costs();
-    os.unmap_ns_per_byte = fast;
-    scripted_queue q{inline_mode({.unmap_chunk_bytes = 2 * mib, .prior = unmap_model(fast)})};
-    q.push(dt::make_region(20 * mib));
-    q.drain(10ms);
-    CHECK(q.empty());
-    CHECK(unmap_lengths(0) == std::vector<std::size_t>(10, 2 * mib));
+    CHECK(fast_machine_steps(2 * mib) == std::vector<std::size_t>(10, 2 * mib));
 }
 
 TEST_CASE("queue: a step is never shorter than one page, however slow the model") {
