@@ -1,7 +1,7 @@
 // stress_client: a Wayland client whose shm pools die the way large toolkit clients' do.
 //
 //   stress_client [--pool-mib N] [--width W] [--height H] [--burst N] [--resize-every N]
-//                 [--frames N] [--duration S] [--json FILE]
+//                 [--frames N] [--duration S] [--prepare-ahead] [--json FILE]
 //   stress_client --shrink [--frames N]
 //
 // Every frame it creates a pool (default 30 MiB), announces it at half size and grows it with
@@ -9,7 +9,13 @@
 // MiB) from it, destroys the pool object and commits. Released buffers are destroyed --burst at a time
 // (1: each as soon as it is released), so the compositor tears down that many pools at once: the
 // shape that stalls compositors when Firefox or LibreOffice drop their pools. It measures the gaps
-// between its frame callbacks (what a user sees as stutter) and prints p50/p99/max.
+// between its frame callbacks (what a user sees as stutter) and prints p50/p99/max, and the longest
+// time it spent on its own work for one frame (making and drawing the next pool).
+//
+// --prepare-ahead (needs --frames): makes and draws every frame's memory before the first frame, so a
+// frame only announces a ready memfd. Use it to measure the compositor alone: on a VM whose balloon
+// reports free pages to the host, first-touching 20 MiB costs the client itself up to ~80 ms at times,
+// and that lands in its gaps whatever the compositor does.
 //
 // --shrink: commits a buffer whose memfd it has truncated to zero; the compositor must answer with a
 // protocol error (wl_shm.error.invalid_fd) and live on: the client then reconnects and draws --frames
@@ -51,6 +57,7 @@ struct options {
     double duration_s = 0;
     std::string json;
     bool shrink = false;
+    bool prepare_ahead = false;
 };
 
 volatile std::sig_atomic_t stop_requested = 0;
@@ -58,7 +65,7 @@ volatile std::sig_atomic_t stop_requested = 0;
 [[noreturn]] void usage(const char* why) {
     std::fprintf(stderr,
                  "stress_client: %s\nusage: stress_client [--pool-mib N] [--width W] [--height H] [--burst N]\n"
-                 "    [--resize-every N] [--frames N] [--duration S] [--json FILE] [--shrink]\n",
+                 "    [--resize-every N] [--frames N] [--duration S] [--prepare-ahead] [--json FILE] [--shrink]\n",
                  why);
     std::exit(1);
 }
@@ -67,8 +74,8 @@ options parse_options(int argc, char** argv) {
     options opt;
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg = argv[i];
-        if (arg == "--shrink") {
-            opt.shrink = true;
+        if (arg == "--shrink" || arg == "--prepare-ahead") {
+            (arg == "--shrink" ? opt.shrink : opt.prepare_ahead) = true;
             continue;
         }
         if (i + 1 >= argc) usage("missing value");
@@ -84,6 +91,7 @@ options parse_options(int argc, char** argv) {
         else usage("unknown option");
     }
     if (opt.width <= 0 || opt.height <= 0 || opt.burst == 0 || opt.pool_bytes == 0) usage("sizes must be positive");
+    if (opt.prepare_ahead && opt.frames <= 0) usage("--prepare-ahead needs --frames");
     return opt;
 }
 
@@ -115,6 +123,8 @@ struct connection {
     long frames_done = 0;
     clock_type::time_point last_done{};
     std::vector<double> gaps_ms;
+    double work_max_ms = 0;       // the client's own longest frame: making, drawing, committing
+    std::vector<int> prepared;    // --prepare-ahead: drawn memfds, the next frame's last
     bool failed = false;  // could not make a pool or buffer
 
     explicit connection(const options& o) : opt(o) {}
@@ -151,33 +161,70 @@ void draw(client_buffer& b, std::size_t bytes, long frame) {
     for (std::size_t i = 0; i < bytes / sizeof(std::uint32_t); i += words_per_page) pixels[i] = colour;
 }
 
-client_buffer* make_buffer(connection& c, std::size_t pool_bytes, std::int32_t width, std::int32_t height, bool resize) {
-    auto* b = new client_buffer;
-    b->bytes = pool_bytes;
-    b->fd = ::memfd_create("stress_client-pool", MFD_CLOEXEC);
+// A memfd of `pool_bytes` whose first stride x rows bytes are drawn; -1 (with a message) on failure.
+int prepare_memory(std::size_t pool_bytes, std::int32_t stride, std::int32_t rows, long frame) {
+    client_buffer memory;
+    memory.bytes = pool_bytes;
+    memory.fd = ::memfd_create("stress_client-pool", MFD_CLOEXEC);
     // fallocate and MAP_POPULATE allocate the pages in two calls rather than one fault per page, which
     // on a VM costs more than everything else the client does: the compositor's share is what is measured.
-    if (b->fd < 0 || ::ftruncate(b->fd, static_cast<off_t>(pool_bytes)) != 0 ||
-        ::fallocate(b->fd, 0, 0, static_cast<off_t>(pool_bytes)) != 0 ||
-        (b->data = ::mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, b->fd, 0)) == MAP_FAILED) {
+    if (memory.fd < 0 || ::ftruncate(memory.fd, static_cast<off_t>(pool_bytes)) != 0 ||
+        ::fallocate(memory.fd, 0, 0, static_cast<off_t>(pool_bytes)) != 0 ||
+        (memory.data = ::mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memory.fd, 0)) ==
+            MAP_FAILED) {
         std::perror("stress_client: memfd pool");
-        destroy_buffer(b);
-        return nullptr;
+        if (memory.fd >= 0) ::close(memory.fd);
+        return -1;
     }
+    draw(memory, static_cast<std::size_t>(stride) * static_cast<std::size_t>(rows), frame);
+    // Drawn: the client needs only the fd now. Unmapping here, one pool per frame, keeps the client's
+    // own teardown out of the burst, so the gaps it measures are the compositor's doing.
+    ::munmap(memory.data, memory.bytes);
+    return memory.fd;
+}
+
+std::int32_t rows_for(std::int32_t height, std::size_t pool_bytes, std::int32_t stride) {
+    return std::min<std::int32_t>(height, static_cast<std::int32_t>(pool_bytes) / stride);
+}
+
+// The next frame's memory: prepared ahead, or made now.
+int next_memory(connection& c, std::size_t pool_bytes, std::int32_t width, std::int32_t height) {
+    if (!c.prepared.empty()) {
+        const int fd = c.prepared.back();
+        c.prepared.pop_back();
+        return fd;
+    }
+    const std::int32_t stride = width * 4;
+    return prepare_memory(pool_bytes, stride, rows_for(height, pool_bytes, stride), c.frames_drawn);
+}
+
+client_buffer* make_buffer(connection& c, std::size_t pool_bytes, std::int32_t width, std::int32_t height, bool resize) {
+    const int fd = next_memory(c, pool_bytes, width, height);
+    if (fd < 0) return nullptr;
+    auto* b = new client_buffer;
+    b->bytes = pool_bytes;
+    b->fd = fd;
     const auto full = static_cast<std::int32_t>(pool_bytes);
     wl_shm_pool* pool = wl_shm_create_pool(c.shm, b->fd, resize ? full / 2 : full);
     if (resize) wl_shm_pool_resize(pool, full);
     const std::int32_t stride = width * 4;
-    const std::int32_t rows = std::min<std::int32_t>(height, full / stride);
-    b->buffer = wl_shm_pool_create_buffer(pool, 0, width, rows, stride, WL_SHM_FORMAT_XRGB8888);
+    b->buffer = wl_shm_pool_create_buffer(pool, 0, width, rows_for(height, pool_bytes, stride), stride,
+                                          WL_SHM_FORMAT_XRGB8888);
     wl_shm_pool_destroy(pool);  // the buffer keeps the pool alive in the compositor
     wl_buffer_add_listener(b->buffer, &buffer_listener, b);
-    draw(*b, static_cast<std::size_t>(stride) * static_cast<std::size_t>(rows), c.frames_drawn);
-    // Drawn: the client needs only the fd now. Unmapping here, one pool per frame, keeps the client's
-    // own teardown out of the burst, so the gaps it measures are the compositor's doing.
-    ::munmap(b->data, b->bytes);
-    b->data = MAP_FAILED;
     return b;
+}
+
+// Every frame's memory, drawn, before the first frame (--prepare-ahead).
+bool prepare_all(connection& c) {
+    const std::int32_t stride = c.opt.width * 4;
+    const std::int32_t rows = rows_for(c.opt.height, c.opt.pool_bytes, stride);
+    for (long frame = c.opt.frames - 1; frame >= 0; --frame) {
+        const int fd = prepare_memory(c.opt.pool_bytes, stride, rows, frame);
+        if (fd < 0) return false;
+        c.prepared.push_back(fd);
+    }
+    return true;
 }
 
 void on_frame_done(void* data, wl_callback* callback, std::uint32_t);
@@ -211,6 +258,7 @@ void on_frame_done(void* data, wl_callback* callback, std::uint32_t) {
     destroy_released(c, c.opt.burst);
     const bool more = c.opt.frames == 0 || c.frames_drawn < c.opt.frames;
     if (more && !draw_next(c)) c.failed = true;
+    c.work_max_ms = std::max(c.work_max_ms, std::chrono::duration<double, std::milli>(clock_type::now() - now).count());
 }
 
 // ---- setup ----
@@ -280,6 +328,8 @@ bool set_up(connection& c) {
 void tear_down(connection& c) {
     for (client_buffer* b : c.buffers) destroy_buffer(b);
     c.buffers.clear();
+    for (int fd : c.prepared) ::close(fd);
+    c.prepared.clear();
     if (c.frame != nullptr) wl_callback_destroy(c.frame);
     if (c.toplevel != nullptr) xdg_toplevel_destroy(c.toplevel);
     if (c.xdg != nullptr) xdg_surface_destroy(c.xdg);
@@ -333,6 +383,7 @@ clock_type::time_point deadline_after(double seconds) {
 
 outcome run_frames(connection& c, long frames, double duration_s) {
     if (!set_up(c)) return outcome::setup_failed;
+    if (c.opt.prepare_ahead && !prepare_all(c)) return outcome::setup_failed;
     if (!draw_next(c)) return outcome::setup_failed;
     return dispatch_until(c, deadline_after(duration_s), [&] { return frames > 0 && c.frames_done >= frames; });
 }
@@ -382,15 +433,18 @@ void report(const connection& c, outcome result, const options& opt) {
     const double p99 = quantile(c.gaps_ms, 0.99);
     const double max = c.gaps_ms.empty() ? 0 : *std::max_element(c.gaps_ms.begin(), c.gaps_ms.end());
     const bool protocol_error = result == outcome::protocol_error;
-    std::printf("stress_client: %ld frames, frame-callback gaps p50 %.1f ms, p99 %.1f ms, max %.1f ms, protocol error: %s\n",
-                c.frames_done, p50, p99, max, protocol_error ? "yes" : "no");
+    std::printf("stress_client: %ld frames, frame-callback gaps p50 %.1f ms, p99 %.1f ms, max %.1f ms, own work max %.1f ms, "
+                "protocol error: %s\n",
+                c.frames_done, p50, p99, max, c.work_max_ms, protocol_error ? "yes" : "no");
     if (opt.json.empty()) return;
     std::ofstream out(opt.json);
     char text[512];
     std::snprintf(text, sizeof text,
                   "{\n  \"frames\": %ld,\n  \"gap_p50_ms\": %.2f,\n  \"gap_p99_ms\": %.2f,\n  \"gap_max_ms\": %.2f,\n"
+                  "  \"client_work_max_ms\": %.2f,\n  \"prepared_ahead\": %s,\n"
                   "  \"pool_bytes\": %zu,\n  \"burst\": %zu,\n  \"protocol_error\": %s\n}\n",
-                  c.frames_done, p50, p99, max, opt.pool_bytes, opt.burst, protocol_error ? "true" : "false");
+                  c.frames_done, p50, p99, max, c.work_max_ms, opt.prepare_ahead ? "true" : "false", opt.pool_bytes,
+                  opt.burst, protocol_error ? "true" : "false");
     out << text;
 }
 
