@@ -50,7 +50,7 @@ def main():
             builds.append(key)
 
     print(f"lab.sh measure, {args.date}, {args.machine}; {len(reps)} repetitions, figures per repetition (1 / 2 / 3)")
-    print(f"{'compositor':<15} {'build':<19} {'client':<7} {'gap p50 ms':<20} {'gap p99 ms':<20} {'gap max ms':<22} {'missed':<9} left after client")
+    print(f"{'compositor':<15} {'build':<19} {'client':<7} {'gap p50 ms':<20} {'gap p99 ms':<20} {'gap max ms':<22} {'client own ms':<16} {'missed':<9} left after client")
     for comp, build in builds:
         for client in ("burst", "churn", "simple-shm"):
             recs = pick(comp, build, client)
@@ -67,11 +67,11 @@ def main():
             leftover = "; ".join(left) if left else ("nothing" if any(r and "fds_after" in r for r in recs) else "-")
             if client == "simple-shm":
                 status = " / ".join("-" if r is None else ("PROTOCOL ERROR" if r.get("protocol_error") else "ok") for r in recs)
-                print(f"{comp:<15} {build:<19} {client:<7} {status:<62} {'':<9} {leftover}")
+                print(f"{comp:<15} {build:<19} {client:<7} {status:<62} {'':<16} {'':<9} {leftover}")
                 continue
             g = lambda k: [None if r is None or k not in r else r[k] for r in recs]
             missed = " / ".join("-" if v is None else str(v) for v in g("missed_frames"))
-            print(f"{comp:<15} {build:<19} {client:<7} {fmt(g('gap_p50_ms')):<20} {fmt(g('gap_p99_ms')):<20} {fmt(g('gap_max_ms')):<22} {missed:<9} {leftover}")
+            print(f"{comp:<15} {build:<19} {client:<7} {fmt(g('gap_p50_ms')):<20} {fmt(g('gap_p99_ms')):<20} {fmt(g('gap_max_ms')):<22} {fmt(g('client_work_max_ms')):<16} {missed:<9} {leftover}")
 
     # Targets
     checks = []
