@@ -148,6 +148,10 @@ struct reclaim_stats {
     duration_histogram drain_durations;  ///< drain() calls that ran at least one step
     duration_histogram step_durations;   ///< each munmap/close made on the draining thread
     duration_histogram worker_step_durations;  ///< each munmap/close made on the worker
+    /// Each munmap step's |time - the model's prediction for it|, time being what the model learns
+    /// from (thread CPU time where the Os has it, else wall): how well steps are sized.
+    duration_histogram unmap_prediction_error;
+    std::uint64_t unmap_steps_over_max_step = 0;  ///< munmap steps whose time (as above) exceeded max_step
 };
 
 }  // namespace deferred_unmap

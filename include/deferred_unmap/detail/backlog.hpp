@@ -39,6 +39,11 @@ struct step_outcome {
     unsigned close_errors = 0;
     bool fallback = false;           // a failed chunk was retried as one munmap of the rest
     bool item_done = false;          // the item is fully torn down
+    struct prediction {
+        std::chrono::nanoseconds predicted{-1};  // -1: not a munmap step
+        std::chrono::nanoseconds learned{0};     // what the model learned from: min(wall, thread CPU)
+        bool over_max_step = false;
+    } unmap_miss;
 };
 
 template <class Clock>
@@ -106,6 +111,11 @@ public:
         stats_.close_errors += step.close_errors;
         stats_.fallback_unmaps += step.fallback ? 1 : 0;
         stats_.fds_closed += step.closed ? 1 : 0;
+        if (step.unmap_miss.predicted.count() >= 0) {
+            const auto [predicted, learned, over] = step.unmap_miss;
+            stats_.unmap_prediction_error.record(learned > predicted ? learned - predicted : predicted - learned);
+            stats_.unmap_steps_over_max_step += over ? 1 : 0;
+        }
         if (step.site == step_site::worker) {
             ++stats_.worker_steps;
             stats_.worker_step_durations.record(step.took);
