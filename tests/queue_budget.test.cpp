@@ -137,7 +137,7 @@ TEST_CASE("queue: an odd chunk size is rounded up to whole pages") {
 
 TEST_CASE("queue: the report says what one drain did and what is left") {
     scripted_costs();
-    scripted_queue q{inline_mode({.prior = exact_model()})};
+    scripted_queue q{inline_mode(two_mib_steps({.prior = exact_model()}))};
     q.push(dt::make_region(4 * mib));
     q.push(dt::make_region(4 * mib));
     const auto report = q.drain(10ms);
@@ -249,4 +249,29 @@ TEST_CASE("queue: a preempted step does not change the model, but its wall time 
     os.unmap_ns_per_byte = 2 * rate;
     q.drain(1ns);
     CHECK(q.model().unmap_ns_per_byte > model.unmap_ns_per_byte);
+}
+
+TEST_CASE("stats: each munmap step's prediction error is recorded, and any step over max_step counted") {
+    constexpr double rate = 3.0 / 64.0;  // exact in binary: a step costing what was predicted errs by 0
+    auto& os = scripted_costs();
+    os.unmap_ns_per_byte = rate;
+    scripted_queue q{inline_mode({.max_step = 200us, .prior = unmap_model(rate)})};
+    q.push(dt::make_region(20 * mib));
+    REQUIRE(q.drain(1ns).steps == 1);
+    auto stats = q.stats();
+    CHECK(stats.unmap_prediction_error.count() == 1);
+    CHECK(stats.unmap_prediction_error.max() == 0ns);
+    CHECK(stats.unmap_steps_over_max_step == 0);
+
+    os.unmap_ns_per_byte = 3 * rate;  // the machine slows to three times what the model knows
+    REQUIRE(q.drain(1ns).steps == 1);
+    const std::size_t length = unmap_lengths(0).back();
+    const auto predicted = unmap_model(rate).predict_unmap(length);
+    CHECK(predicted <= 200us);
+    stats = q.stats();
+    CHECK(stats.unmap_prediction_error.count() == 2);
+    // It cost 1 us + 3 * rate * length against a prediction of 1 us + rate * length.
+    const auto error = std::chrono::nanoseconds{static_cast<std::int64_t>(2 * rate * static_cast<double>(length))};
+    CHECK(stats.unmap_prediction_error.max() == error);
+    CHECK(stats.unmap_steps_over_max_step == 1);
 }
