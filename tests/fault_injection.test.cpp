@@ -138,7 +138,7 @@ run_result run(site where, const fault& f, bool throwing_on_error) {
         return f.error;
     };
     std::size_t errors_reported = 0;
-    du::reclaim_options o;
+    du::reclaim_options o = two_mib_steps();  // the workload's call counts are in 2 MiB steps
     o.on_error = [&](const du::reclaim_error&) {
         ++errors_reported;  // the worker and the drain thread never report at once: one failing call each
 #if DEFERRED_UNMAP_HAS_EXCEPTIONS
@@ -292,7 +292,7 @@ TEST_CASE("faults: a failed chunk is retried once as the whole rest, and a faile
         return c.addr == first ? ENOMEM : 0;  // the chunk and its fallback both fail
     };
     std::vector<du::reclaim_error> errors;
-    scripted_queue q{inline_mode({.on_error = [&](const du::reclaim_error& e) { errors.push_back(e); }})};
+    scripted_queue q{inline_mode(two_mib_steps({.on_error = [&](const du::reclaim_error& e) { errors.push_back(e); }}))};
     workload w = push_items(q);
     q.flush();
     REQUIRE(errors.size() == 2);

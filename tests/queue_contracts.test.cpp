@@ -147,7 +147,7 @@ TEST_CASE("contention: stats() and model() do not wait for another thread's step
 
 TEST_CASE("drain_until: never starts a step predicted to end after the deadline, not even a first one") {
     dt::reset().unmap_ns_per_byte = 0.05;  // a 2 MiB munmap: ~105 us
-    scripted_queue q{inline_mode({.prior = exact(0.05, 0.0)})};
+    scripted_queue q{inline_mode(two_mib_steps({.prior = exact(0.05, 0.0)}))};
     q.push(dt::make_region(8 * mib));
     const auto now = dt::manual_clock::now();
     CHECK(q.drain_until(now).steps == 0);              // already due: a late frame thread loses nothing
@@ -198,7 +198,7 @@ TEST_CASE("cost model: one preempted step costs at most one frame, not ten") {
         }
         return normal;
     };
-    scripted_queue q{inline_mode({.prior = exact(0.05, 0.0)})};
+    scripted_queue q{inline_mode(two_mib_steps({.prior = exact(0.05, 0.0)}))};
     for (int i = 0; i < 40; ++i) q.push(dt::make_region(20 * mib));
     CHECK(q.drain(1ms).steps >= 8);
     preempt_next = true;

@@ -36,7 +36,7 @@ TEST_CASE("queue: a chunk that fails with ENOMEM falls back to unmapping the who
     auto& os = dt::reset();
     os.fail = [](const dt::os_call& c) { return c.op == call_kind::unmap && c.length == 2 * mib ? ENOMEM : 0; };
     error_log log;
-    scripted_queue q{log.options()};
+    scripted_queue q{log.options(two_mib_steps())};
     auto region = dt::make_region(7 * mib);
     auto* base = static_cast<std::byte*>(region.data());
     q.push(std::move(region));

@@ -7,7 +7,7 @@ using namespace std::chrono_literals;
 
 TEST_CASE("queue: a push beyond max_pending_bytes reclaims the oldest until it fits") {
     dt::reset();
-    scripted_queue q{inline_mode({.max_pending_bytes = 9 * mib})};
+    scripted_queue q{inline_mode(two_mib_steps({.max_pending_bytes = 9 * mib}))};
     auto a = dt::make_region(4 * mib);
     const void* oldest = a.data();
     q.push(std::move(a));

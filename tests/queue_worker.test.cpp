@@ -55,7 +55,7 @@ TEST_CASE("queue: with close_on_worker, drain unmaps and the worker closes") {
 
 TEST_CASE("queue: with close_on_worker, a close is handed off only after its pool is unmapped") {
     dt::reset();
-    scripted_queue q{{.close_on_worker = true}};
+    scripted_queue q{two_mib_steps({.close_on_worker = true})};
     auto region = dt::make_region(6 * mib);
     const int fd = region.fd();
     q.push(std::move(region));
@@ -112,7 +112,7 @@ TEST_CASE("queue: with unmap_on_worker, the draining thread makes no teardown ca
 
 TEST_CASE("queue: with unmap_on_worker, the worker reclaims everything once drain releases it") {
     dt::reset();
-    scripted_queue q{{.unmap_on_worker = true, .worker_pause = 0ns}};
+    scripted_queue q{two_mib_steps({.unmap_on_worker = true, .worker_pause = 0ns})};
     for (int i = 0; i < 6; ++i) q.push(dt::make_region(5 * mib));
     CHECK(q.drain(0ns).steps == 0);
     std::this_thread::sleep_for(5ms);

@@ -37,7 +37,7 @@ TEST_CASE("histogram: an empty histogram answers zero") {
 TEST_CASE("queue: stats count pushes, drains, steps and the peak burst") {
     auto& os = dt::reset();
     os.call_overhead = 10us;
-    scripted_queue q{inline_mode()};
+    scripted_queue q{inline_mode(two_mib_steps())};
     for (int i = 0; i < 3; ++i) q.push(dt::make_region(4 * mib));
     while (!q.empty()) q.drain(30us);
     const auto s = q.stats();

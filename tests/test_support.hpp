@@ -20,6 +20,7 @@
 namespace du_test {
 
 using du_modes::inline_mode;
+using du_modes::two_mib_steps;
 
 namespace du = deferred_unmap;
 namespace dt = deferred_unmap::testing;

@@ -22,9 +22,10 @@
 namespace deferred_unmap {
 
 struct reclaim_options {
-    /// Largest munmap per step, rounded up to whole pages. 2 MiB steps cost ~8% more in total than one
-    /// munmap of a 19.8 MiB pool; 512 KiB steps ~30%.
-    std::size_t unmap_chunk_bytes = std::size_t{2} << 20;
+    /// Largest munmap per step, rounded up to whole pages: a cap for when the model is wrong, since
+    /// max_step sizes the steps. 64 MiB lets a fast machine unmap a 19.8 MiB pool in one step; each
+    /// cut costs CPU (2 MiB steps ~8% more in total than one munmap of such a pool, 512 KiB ~30%).
+    std::size_t unmap_chunk_bytes = std::size_t{64} << 20;
     /// Longest a munmap step is predicted to hold mmap_lock: each step's length is chosen from the
     /// learned model, floor_to_page((max_step - call_overhead) / unmap_ns_per_byte), between one page
     /// and min(unmap_chunk_bytes, what is left), so a slow machine cuts its steps finer. 200 us is

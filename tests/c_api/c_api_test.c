@@ -105,7 +105,7 @@ static void test_defaults_are_the_librarys(void) {
     du_options opts;
     memset(&opts, 0xff, sizeof opts);
     du_options_init(&opts);
-    CHECK(opts.unmap_chunk_bytes == (size_t)2 << 20);
+    CHECK(opts.unmap_chunk_bytes == (size_t)64 << 20);
     CHECK(opts.max_pending_bytes == SIZE_MAX);
     CHECK(opts.max_delay_ns == 100000000);
     CHECK(opts.close_on_worker == 1); /* the recommended mode */
@@ -339,7 +339,7 @@ static void test_options_grow_without_breaking_older_callers(void) {
     du_queue_options_init(&opts);
     CHECK(opts.size == sizeof opts);
     CHECK(opts.close_on_worker == 1 && opts.unmap_on_worker == 0 && opts.low_priority_closes == 0);
-    CHECK(opts.unmap_chunk_bytes == (size_t)2 << 20 && opts.on_error == NULL);
+    CHECK(opts.unmap_chunk_bytes == (size_t)64 << 20 && opts.on_error == NULL);
     /* A caller built when the struct ended after unmap_on_worker: the rest takes the defaults. */
     du_queue_options old;
     memset(&old, 0xff, sizeof old);

@@ -41,6 +41,7 @@
 namespace du_reliability {
 
 using du_modes::inline_mode;
+using du_modes::two_mib_steps;
 
 namespace du = deferred_unmap;
 namespace dt = deferred_unmap::testing;
@@ -183,6 +184,12 @@ private:
         case 3: o.unmap_chunk_bytes = std::numeric_limits<std::size_t>::max(); break;
         case 4: o.unmap_chunk_bytes = std::size_t{2} << 20U; break;
         default: o.unmap_chunk_bytes = (1 + source_.below(64)) * page; break;
+        }
+        switch (source_.below(4)) {
+        case 0: o.max_step = ns{1}; break;  // every step one page
+        case 1: o.max_step = ns{1 + static_cast<std::int64_t>(source_.below(1'000'000))}; break;
+        case 2: o.max_step = std::chrono::hours{1}; break;  // the chunk alone decides
+        default: break;  // the default
         }
         if (source_.below(3) == 0) o.max_pending_bytes = (source_.below(64)) * page;
         switch (source_.below(4)) {
