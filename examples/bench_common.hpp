@@ -36,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -305,10 +306,24 @@ inline std::vector<pool> make_pools(std::size_t count, std::size_t bytes) {
 // ---------------------------------------------------------------------------------------------------
 // Strategies
 
-enum class strategy { close_first, unmap_first, thread_drop, queue, queue_worker, queue_worker_unmap };
+/// The *_fixed_steps strategies are the queued modes under the step rule before max_step: every
+/// munmap step a fixed 2 MiB, however long that takes, so the two rules are measured side by side.
+enum class strategy {
+    close_first,
+    unmap_first,
+    thread_drop,
+    queue,
+    queue_worker,
+    queue_worker_unmap,
+    queue_fixed_steps,
+    queue_worker_fixed_steps,
+};
 
-inline constexpr strategy all_strategies[] = {strategy::close_first, strategy::unmap_first,  strategy::thread_drop,
-                                              strategy::queue,       strategy::queue_worker, strategy::queue_worker_unmap};
+inline constexpr strategy all_strategies[] = {
+    strategy::close_first,        strategy::unmap_first,       strategy::thread_drop,
+    strategy::queue,              strategy::queue_worker,      strategy::queue_worker_unmap,
+    strategy::queue_fixed_steps,  strategy::queue_worker_fixed_steps,
+};
 
 inline const char* name(strategy s) {
     switch (s) {
@@ -318,6 +333,8 @@ inline const char* name(strategy s) {
         case strategy::queue: return "queue";
         case strategy::queue_worker: return "queue+worker";
         case strategy::queue_worker_unmap: return "queue+worker-unmap";
+        case strategy::queue_fixed_steps: return "queue/2MiB";
+        case strategy::queue_worker_fixed_steps: return "queue+worker/2MiB";
     }
     return "?";
 }
@@ -334,6 +351,8 @@ public:
     [[nodiscard]] virtual bool idle() const = 0;
     /// Blocks until idle, with any background thread's writes visible to the caller.
     virtual void finish() = 0;
+    /// The queue's totals, for the strategies that have one.
+    [[nodiscard]] virtual std::optional<du::reclaim_stats> queue_stats() const { return std::nullopt; }
 };
 
 /// Today's compositors: tear down on the spot, in one order or the other.
@@ -410,11 +429,16 @@ public:
     void frame() override { queue_.drain(budget_); }
     [[nodiscard]] bool idle() const override { return queue_.empty(); }
     void finish() override { queue_.flush(); }
+    [[nodiscard]] std::optional<du::reclaim_stats> queue_stats() const override { return queue_.stats(); }
 
 private:
     nanoseconds budget_;
     queue_type queue_;
 };
+
+inline du::reclaim_options fixed_steps(bool close_on_worker) {
+    return {.unmap_chunk_bytes = std::size_t{2} << 20, .max_step = std::chrono::hours{1}, .close_on_worker = close_on_worker};
+}
 
 inline std::unique_ptr<teardown_engine> make_engine(strategy s, nanoseconds budget) {
     switch (s) {
@@ -425,6 +449,8 @@ inline std::unique_ptr<teardown_engine> make_engine(strategy s, nanoseconds budg
         case strategy::queue_worker: return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = true});
         case strategy::queue_worker_unmap:
             return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = false, .unmap_on_worker = true});
+        case strategy::queue_fixed_steps: return std::make_unique<queue_engine>(budget, fixed_steps(false));
+        case strategy::queue_worker_fixed_steps: return std::make_unique<queue_engine>(budget, fixed_steps(true));
     }
     return nullptr;
 }

@@ -11,7 +11,8 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-STRATEGIES = ["close-first", "unmap-first", "thread-drop", "queue", "queue+worker", "queue+worker-unmap"]
+STRATEGIES = ["close-first", "unmap-first", "thread-drop", "queue", "queue+worker", "queue+worker-unmap",
+              "queue/2MiB", "queue+worker/2MiB"]
 
 TEARDOWN_FIELDS = [
     "pool_bytes", "pools", "runs",
@@ -19,6 +20,7 @@ TEARDOWN_FIELDS = [
     "step_p50_us", "step_p99_us", "step_max_us", "munmap_cpu_p50_us", "close_cpu_p50_us", "steps_per_pool", "cpu_per_pool_us",
     "frame_ms_per_run", "frame_p99_ms", "frame_max_ms", "frame_calm_p99_ms", "frame_calm_max_ms", "frames_preempted", "max_frame_close_us", "work_ms_per_run",
     "frames_to_return", "frames_bound", "hit_frame_limit",
+    "prediction_error_p50_us", "prediction_error_p99_us", "steps_over_max_step_pct",
 ]
 PROBE_FIELDS = [
     "probe_p50_us", "probe_p99_us", "probe_p999_us", "probe_max_us", "probe_mmap_max_us", "probe_samples", "probe_preempted",

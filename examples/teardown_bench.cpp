@@ -203,6 +203,7 @@ struct run_result {
     frame_run frames;
     double cpu_ms = 0;
     nanoseconds wall{0};  ///< from the burst until everything was back
+    std::optional<du::reclaim_stats> queue;  ///< the queued strategies' own totals
 };
 
 std::vector<std::vector<pool>> make_batches(const scenario& sc) {
@@ -224,7 +225,8 @@ run_result run_once(strategy s, const scenario& sc, const settings& cfg, content
     auto batches = make_batches(sc);
     const auto ranges = ranges_of(batches);
     auto engine = make_engine(s, cfg.budget());
-    const std::size_t chunks = sc.pool_bytes / (std::size_t{2} << 20) + 2;
+    // Room for steps down to 64 KiB: max_step cuts finer than 2 MiB when munmap runs slow.
+    const std::size_t chunks = sc.pool_bytes / (std::size_t{64} << 10) + 2;
     call_log::reset(sc.pools * (chunks + 1) + 64);
     if (probe) probe->begin();
     const auto start = steady::now();
@@ -238,6 +240,7 @@ run_result run_once(strategy s, const scenario& sc, const settings& cfg, content
         probe->end();
     }
     r.calls = collect_calls(ranges);
+    r.queue = engine->queue_stats();
     return r;
 }
 
@@ -253,6 +256,8 @@ struct totals {
     double probe_preempted = 0;
     double max_frame_close_us = 0;
     bool hit_limit = false;
+    du::duration_histogram prediction_error;  // queued strategies: each munmap step's |time - predicted|
+    std::uint64_t steps_over_max_step = 0;
 
     void add(const run_result& r, std::size_t pools, double budget_ms) {
         auto& c = r.calls;
@@ -275,6 +280,10 @@ struct totals {
         bound.push_back(1.2 * c.work_ms / budget_ms + 2);
         work_ms.push_back(c.work_ms);
         hit_limit = hit_limit || r.frames.hit_limit;
+        if (r.queue) {
+            prediction_error.merge(r.queue->unmap_prediction_error);
+            steps_over_max_step += r.queue->unmap_steps_over_max_step;
+        }
     }
 
     void add_probe(const contention_probe& probe) {
@@ -298,6 +307,17 @@ row key_fields(const scenario& sc, const std::string& strategy_name, std::size_t
             {"pools", static_cast<double>(sc.pools), 0},
             {"runs", static_cast<double>(runs), 0},
             {"strategy", strategy_name}};
+}
+
+// How well the model sized the munmap steps: its error per step and the steps that ran past max_step
+// (both in thread CPU time), for the queued strategies.
+void add_prediction(row& r, const totals& t) {
+    const auto& error = t.prediction_error;
+    const double steps = static_cast<double>(error.count());
+    const auto us = [](nanoseconds d) { return static_cast<double>(d.count()) / 1e3; };
+    r.push_back({"prediction_error_p50_us", steps > 0 ? us(error.quantile(0.5)) : 0.0, 1});
+    r.push_back({"prediction_error_p99_us", steps > 0 ? us(error.quantile(0.99)) : 0.0, 1});
+    r.push_back({"steps_over_max_step_pct", steps > 0 ? 100.0 * static_cast<double>(t.steps_over_max_step) / steps : 0.0, 2});
 }
 
 row strategy_row(const scenario& sc, strategy s, totals& t, bool with_probe) {
@@ -324,6 +344,7 @@ row strategy_row(const scenario& sc, strategy s, totals& t, bool with_probe) {
     r.push_back({"frames_to_return", median_of(t.returned), 0});
     r.push_back({"frames_bound", median_of(t.bound), 0});
     r.push_back({"hit_frame_limit", t.hit_limit ? 1.0 : 0.0, 0});
+    add_prediction(r, t);
     if (with_probe) {
         add_summary(r, "probe", t.probe_us, true);
         r.push_back({"probe_mmap_max_us", summarize(t.probe_mmap_us).max, 1});
@@ -512,6 +533,9 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
     out.push_back(target("munmap p50 unmap-first / close-first", number(at("unmap-first"), "munmap_p50_us") / number(at("close-first"), "munmap_p50_us"), 0.4));
     out.push_back(target("munmap cpu p50 unmap-first / close-first", number(at("unmap-first"), "munmap_cpu_p50_us") / number(at("close-first"), "munmap_cpu_p50_us"), 0.4));
     out.push_back(target("cpu queue / unmap-first", number(at("queue"), "cpu_per_pool_us") / number(at("unmap-first"), "cpu_per_pool_us"), 1.10));
+    out.push_back(target("cpu queue / queue/2MiB", number(at("queue"), "cpu_per_pool_us") / number(at("queue/2MiB"), "cpu_per_pool_us"), 1.0));
+    out.push_back(target("cpu queue+worker / queue+worker/2MiB",
+                         number(at("queue+worker"), "cpu_per_pool_us") / number(at("queue+worker/2MiB"), "cpu_per_pool_us"), 1.0));
     out.push_back(target("queue+worker frame p99 ms", number(at("queue+worker"), "frame_p99_ms"), 1.25 * budget_ms));
     out.push_back(target("queue+worker frame max ms", number(at("queue+worker"), "frame_max_ms"), 2 * budget_ms));
     out.push_back(target("queue+worker frame p99 ms, not preempted", number(at("queue+worker"), "frame_calm_p99_ms"), 1.25 * budget_ms));
@@ -528,8 +552,10 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
         out.push_back(target(std::string(off_thread) + " frame-thread ms per burst", number(at(off_thread), "frame_ms_per_run"), 0.1));
     if (!cfg.no_probe) {
         out.push_back(target("probe p99.9 queue / unmap-first", number(at("queue"), "probe_p999_us") / number(at("unmap-first"), "probe_p999_us"), 1.0));
-        out.push_back(target("probe mmap max queue+worker-unmap / thread-drop",
-                             number(at("queue+worker-unmap"), "probe_mmap_max_us") / number(at("thread-drop"), "probe_mmap_max_us"), 1.0 / 3));
+        for (const char* q : {"queue+worker", "queue+worker-unmap"})
+            out.push_back(target(std::string("probe mmap max ") + q + " / thread-drop",
+                                 number(at(q), "probe_mmap_max_us") / number(at("thread-drop"), "probe_mmap_max_us"), 1.0 / 3));
+        out.push_back(target("probe p99.9 queue / queue/2MiB", number(at("queue"), "probe_p999_us") / number(at("queue/2MiB"), "probe_p999_us"), 1.0));
     }
     return out;
 }
@@ -556,6 +582,12 @@ void print_results(const std::vector<row>& rows, const row& overhead, const std:
                                {"frame_ms_per_run", "total/run"}, {"frame_p99_ms", "p99/frame"}, {"frame_max_ms", "worst"},
                                {"frame_calm_p99_ms", "calm p99"}, {"frame_calm_max_ms", "calm worst"}, {"frames_preempted", "preempted"},
                                {"work_ms_per_run", "work/run"}, {"frames_to_return", "frames back"}, {"frames_bound", "bound"}});
+    std::printf("\nstep sizing (queued strategies, max_step 200 us): munmap steps in wall time (us); the model's error "
+                "per step and the steps past max_step in thread CPU time (error quantiles are histogram bounds):\n");
+    print_table(stdout, having(rows, "prediction_error_p50_us"), {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"strategy", "strategy"},
+                               {"step_p50_us", "step p50"}, {"step_p99_us", "p99"}, {"steps_per_pool", "steps/pool"},
+                               {"prediction_error_p50_us", "|error| p50"}, {"prediction_error_p99_us", "p99"},
+                               {"steps_over_max_step_pct", "% over max_step"}});
     if (probe) {
         std::printf("\ncontention probe: mmap+touch+munmap latency (us) during each strategy:\n");
         print_table(stdout, having(rows, "probe_p50_us"), {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"strategy", "strategy"},
