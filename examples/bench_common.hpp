@@ -308,6 +308,7 @@ inline std::vector<pool> make_pools(std::size_t count, std::size_t bytes) {
 
 /// The *_fixed_steps strategies are the queued modes under the step rule before max_step: every
 /// munmap step a fixed 2 MiB, however long that takes, so the two rules are measured side by side.
+/// queue_worker_low_priority is queue_worker with low_priority_closes (the worker at nice 10).
 enum class strategy {
     close_first,
     unmap_first,
@@ -317,12 +318,13 @@ enum class strategy {
     queue_worker_unmap,
     queue_fixed_steps,
     queue_worker_fixed_steps,
+    queue_worker_low_priority,
 };
 
 inline constexpr strategy all_strategies[] = {
     strategy::close_first,        strategy::unmap_first,       strategy::thread_drop,
     strategy::queue,              strategy::queue_worker,      strategy::queue_worker_unmap,
-    strategy::queue_fixed_steps,  strategy::queue_worker_fixed_steps,
+    strategy::queue_fixed_steps,  strategy::queue_worker_fixed_steps, strategy::queue_worker_low_priority,
 };
 
 inline const char* name(strategy s) {
@@ -335,6 +337,7 @@ inline const char* name(strategy s) {
         case strategy::queue_worker_unmap: return "queue+worker-unmap";
         case strategy::queue_fixed_steps: return "queue/2MiB";
         case strategy::queue_worker_fixed_steps: return "queue+worker/2MiB";
+        case strategy::queue_worker_low_priority: return "queue+worker/nice";
     }
     return "?";
 }
@@ -451,6 +454,8 @@ inline std::unique_ptr<teardown_engine> make_engine(strategy s, nanoseconds budg
             return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = false, .unmap_on_worker = true});
         case strategy::queue_fixed_steps: return std::make_unique<queue_engine>(budget, fixed_steps(false));
         case strategy::queue_worker_fixed_steps: return std::make_unique<queue_engine>(budget, fixed_steps(true));
+        case strategy::queue_worker_low_priority:
+            return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = true, .low_priority_closes = true});
     }
     return nullptr;
 }
@@ -542,6 +547,9 @@ struct call_times {
     std::vector<double> unmap_cpu_per_pool_us, close_cpu_us;  // the same, in thread CPU time
     double work_ms = 0;              ///< every munmap and close, on any thread
     double max_frame_close_us = 0;   ///< the largest single close() on the frame thread
+    /// The longest a thread spent off the CPU inside one munmap (wall - CPU time): a thread
+    /// preempted there keeps mmap_lock, and every other mmap and page fault waits for it.
+    double max_unmap_off_cpu_us = 0;
 };
 
 /// Groups the logged munmaps by pool (chunks of one pool add up) using each pool's mapped range.
@@ -558,6 +566,7 @@ inline call_times collect_calls(std::span<const std::pair<const void*, std::size
             continue;
         }
         out.unmap_steps_us.push_back(us);
+        out.max_unmap_off_cpu_us = std::max(out.max_unmap_off_cpu_us, us - cpu_us);
         const auto it = std::upper_bound(ranges.begin(), ranges.end(), r.addr,
                                          [](const void* a, const auto& range) { return std::less<>{}(a, range.first); });
         if (it == ranges.begin()) continue;

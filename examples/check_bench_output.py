@@ -12,7 +12,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 STRATEGIES = ["close-first", "unmap-first", "thread-drop", "queue", "queue+worker", "queue+worker-unmap",
-              "queue/2MiB", "queue+worker/2MiB"]
+              "queue/2MiB", "queue+worker/2MiB", "queue+worker/nice"]
 
 TEARDOWN_FIELDS = [
     "pool_bytes", "pools", "runs",
@@ -23,7 +23,8 @@ TEARDOWN_FIELDS = [
     "prediction_error_p50_us", "prediction_error_p99_us", "steps_over_max_step_pct",
 ]
 PROBE_FIELDS = [
-    "probe_p50_us", "probe_p99_us", "probe_p999_us", "probe_max_us", "probe_mmap_max_us", "probe_samples", "probe_preempted",
+    "probe_p50_us", "probe_p99_us", "probe_p999_us", "probe_max_us", "probe_mmap_max_us", "probe_mmap_net_max_us", "unmap_off_cpu_max_us",
+    "probe_samples", "probe_preempted",
 ]
 STUTTER_FIELDS = [
     "pools", "pool_bytes", "worst_stall_ms", "p99_stall_ms", "calm_worst_stall_ms", "calm_p99_stall_ms",

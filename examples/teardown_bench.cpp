@@ -15,7 +15,11 @@
 //                       [--budget-us N] [--firefox-focus] [--no-probe] [--csv FILE] [--json FILE]
 #include "bench_common.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <new>
 
@@ -107,7 +111,10 @@ settings parse(int argc, char** argv) {
 // ---- the contention probe ------------------------------------------------------------------------
 
 /// A thread doing mmap + touch + munmap of one anonymous page in a tight loop while a window is open,
-/// recording each iteration's latency and the mmap call's alone. Parked (no CPU) between windows.
+/// recording each iteration's latency and the mmap call's alone, the latter also net of the time the
+/// probe sat runnable on a run queue (schedstat's run_delay): on two CPUs with three busy threads, a
+/// probe woken when mmap_lock comes free may wait a scheduler slice for a CPU, which is not the
+/// lock's doing. Parked (no CPU) between windows.
 class contention_probe {
 public:
     static constexpr std::size_t capacity = std::size_t{4} << 20;  // samples per window
@@ -115,6 +122,7 @@ public:
     contention_probe() {
         total_ns_.reserve(capacity);
         mmap_ns_.reserve(capacity);
+        mmap_net_ns_.reserve(capacity);
         thread_ = std::jthread([this](std::stop_token stop) { run(stop); });
     }
 
@@ -123,6 +131,7 @@ public:
         std::lock_guard lock(mutex_);
         total_ns_.clear();
         mmap_ns_.clear();
+        mmap_net_ns_.clear();
         preempted_ = 0;
         recording_.store(true, std::memory_order_release);
         active_ = true;
@@ -136,11 +145,14 @@ public:
     }
     [[nodiscard]] const std::vector<std::uint32_t>& total_ns() const { return total_ns_; }
     [[nodiscard]] const std::vector<std::uint32_t>& mmap_ns() const { return mmap_ns_; }
+    /// mmap_ns() less the run-queue wait during each call (equal to it where schedstat is missing).
+    [[nodiscard]] const std::vector<std::uint32_t>& mmap_net_ns() const { return mmap_net_ns_; }
     /// Iterations left out because the probe was preempted.
     [[nodiscard]] std::size_t preempted() const { return preempted_; }
 
 private:
     void run(std::stop_token stop) {
+        schedstat_ = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
         std::unique_lock lock(mutex_);
         while (cv_.wait(lock, stop, [this] { return active_; })) {
             lock.unlock();
@@ -150,15 +162,29 @@ private:
             active_ = false;
             cv_.notify_all();
         }
+        if (schedstat_ >= 0) ::close(schedstat_);
+    }
+
+    // This thread's time spent runnable but waiting for a CPU, or zero without schedstat.
+    [[nodiscard]] nanoseconds run_delay() const {
+        char text[96];
+        const ssize_t n = schedstat_ < 0 ? -1 : ::pread(schedstat_, text, sizeof text - 1, 0);
+        if (n <= 0) return nanoseconds{0};
+        text[n] = '\0';
+        char* rest = nullptr;
+        std::strtoull(text, &rest, 10);  // on-CPU time first
+        return nanoseconds{static_cast<std::int64_t>(std::strtoull(rest, nullptr, 10))};
     }
 
     // An iteration during which the probe was preempted (an involuntary context switch: another thread
     // wanted its CPU) measures the scheduler, not mmap_lock, so it is counted but not recorded. A wait
     // for mmap_lock sleeps voluntarily and is recorded.
     void sample() {
+        const nanoseconds queued_before = run_delay();
         const auto start = steady::now();
         void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         const auto mapped = steady::now();
+        const nanoseconds queued = run_delay() - queued_before;
         if (page == MAP_FAILED) die("probe mmap");
         *static_cast<volatile char*>(page) = 1;
         ::munmap(page, 4096);
@@ -171,6 +197,7 @@ private:
         }
         total_ns_.push_back(saturate(end - start));
         mmap_ns_.push_back(saturate(mapped - start));
+        mmap_net_ns_.push_back(saturate(std::max(mapped - start - queued, nanoseconds{0})));
     }
 
     static std::uint32_t saturate(nanoseconds d) {
@@ -181,7 +208,8 @@ private:
     std::condition_variable_any cv_;
     bool active_ = false;
     std::atomic<bool> recording_{false};
-    std::vector<std::uint32_t> total_ns_, mmap_ns_;
+    std::vector<std::uint32_t> total_ns_, mmap_ns_, mmap_net_ns_;
+    int schedstat_ = -1;
     std::size_t preempted_ = 0;
     long last_switches_ = 0;
     std::jthread thread_;
@@ -252,9 +280,10 @@ struct totals {
     std::vector<double> cpu_per_pool_us, frame_ms, returned, bound, work_ms;  // per run
     std::vector<double> slices_ms, calm_slices_ms;           // frame-thread teardown per frame; not preempted
     double preempted_frames = 0;
-    std::vector<double> probe_us, probe_mmap_us;             // probe runs
+    std::vector<double> probe_us, probe_mmap_us, probe_mmap_net_us;  // probe runs
     double probe_preempted = 0;
     double max_frame_close_us = 0;
+    double max_unmap_off_cpu_us = 0;  // probe runs only: what the probe's mmap may have waited for
     bool hit_limit = false;
     du::duration_histogram prediction_error;  // queued strategies: each munmap step's |time - predicted|
     std::uint64_t steps_over_max_step = 0;
@@ -286,9 +315,11 @@ struct totals {
         }
     }
 
-    void add_probe(const contention_probe& probe) {
+    void add_probe(const contention_probe& probe, const run_result& r) {
+        max_unmap_off_cpu_us = std::max(max_unmap_off_cpu_us, r.calls.max_unmap_off_cpu_us);
         for (auto ns : probe.total_ns()) probe_us.push_back(ns / 1e3);
         for (auto ns : probe.mmap_ns()) probe_mmap_us.push_back(ns / 1e3);
+        for (auto ns : probe.mmap_net_ns()) probe_mmap_net_us.push_back(ns / 1e3);
         probe_preempted += static_cast<double>(probe.preempted());
     }
 };
@@ -348,6 +379,8 @@ row strategy_row(const scenario& sc, strategy s, totals& t, bool with_probe) {
     if (with_probe) {
         add_summary(r, "probe", t.probe_us, true);
         r.push_back({"probe_mmap_max_us", summarize(t.probe_mmap_us).max, 1});
+        r.push_back({"probe_mmap_net_max_us", summarize(t.probe_mmap_net_us).max, 1});
+        r.push_back({"unmap_off_cpu_max_us", t.max_unmap_off_cpu_us, 1});
         r.push_back({"probe_samples", static_cast<double>(t.probe_us.size()), 0});
         r.push_back({"probe_preempted", t.probe_preempted, 0});
     }
@@ -358,6 +391,8 @@ row baseline_row(const scenario& sc, totals& t) {
     row r = key_fields(sc, "baseline", t.frame_ms.size());
     add_summary(r, "probe", t.probe_us, true);
     r.push_back({"probe_mmap_max_us", summarize(t.probe_mmap_us).max, 1});
+    r.push_back({"probe_mmap_net_max_us", summarize(t.probe_mmap_net_us).max, 1});
+    r.push_back({"unmap_off_cpu_max_us", 0.0, 1});  // nothing unmaps beside the probe
     r.push_back({"probe_samples", static_cast<double>(t.probe_us.size()), 0});
     r.push_back({"probe_preempted", t.probe_preempted, 0});
     return r;
@@ -369,7 +404,7 @@ void probe_baseline(contention_probe& probe, totals& t, nanoseconds window) {
     probe.begin();
     std::this_thread::sleep_for(window);
     probe.end();
-    t.add_probe(probe);
+    t.add_probe(probe, {});
     t.frame_ms.push_back(0);
 }
 
@@ -399,8 +434,9 @@ std::vector<row> run_scenario(const scenario& sc, const settings& cfg, contentio
         for (std::size_t k = 0; k < n; ++k) {
             const std::size_t i = (k + round) % n;
             progress_line(sc, round, all_strategies[i], " + probe");
-            probed[i].add(run_once(all_strategies[i], sc, cfg, probe, window), sc.pools, budget_ms);
-            probed[i].add_probe(*probe);
+            const run_result r = run_once(all_strategies[i], sc, cfg, probe, window);
+            probed[i].add(r, sc.pools, budget_ms);
+            probed[i].add_probe(*probe, r);
         }
         probe_baseline(*probe, baseline, window);
     }
@@ -410,6 +446,8 @@ std::vector<row> run_scenario(const scenario& sc, const settings& cfg, contentio
     for (std::size_t i = 0; i < n; ++i) {
         clean[i].probe_us = std::move(probed[i].probe_us);
         clean[i].probe_mmap_us = std::move(probed[i].probe_mmap_us);
+        clean[i].probe_mmap_net_us = std::move(probed[i].probe_mmap_net_us);
+        clean[i].max_unmap_off_cpu_us = probed[i].max_unmap_off_cpu_us;
         rows.push_back(strategy_row(sc, all_strategies[i], clean[i], probe != nullptr));
     }
     return rows;
@@ -552,9 +590,12 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
         out.push_back(target(std::string(off_thread) + " frame-thread ms per burst", number(at(off_thread), "frame_ms_per_run"), 0.1));
     if (!cfg.no_probe) {
         out.push_back(target("probe p99.9 queue / unmap-first", number(at("queue"), "probe_p999_us") / number(at("unmap-first"), "probe_p999_us"), 1.0));
-        for (const char* q : {"queue+worker", "queue+worker-unmap"})
+        for (const char* q : {"queue+worker", "queue+worker/nice", "queue+worker-unmap"})
             out.push_back(target(std::string("probe mmap max ") + q + " / thread-drop",
                                  number(at(q), "probe_mmap_max_us") / number(at("thread-drop"), "probe_mmap_max_us"), 1.0 / 3));
+        for (const char* q : {"queue+worker", "queue+worker/nice"})
+            out.push_back(target(std::string("same, net of run-queue wait, ") + q,
+                                 number(at(q), "probe_mmap_net_max_us") / number(at("thread-drop"), "probe_mmap_net_max_us"), 1.0 / 3));
         out.push_back(target("probe p99.9 queue / queue/2MiB", number(at("queue"), "probe_p999_us") / number(at("queue/2MiB"), "probe_p999_us"), 1.0));
     }
     return out;
@@ -565,6 +606,12 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
 std::vector<row> having(const std::vector<row>& rows, std::string_view field_name) {
     std::vector<row> out;
     std::copy_if(rows.begin(), rows.end(), std::back_inserter(out), [&](const row& r) { return find_field(r, field_name) != nullptr; });
+    return out;
+}
+
+std::vector<row> queued(const std::vector<row>& rows) {
+    std::vector<row> out;
+    std::copy_if(rows.begin(), rows.end(), std::back_inserter(out), [](const row& r) { return text(r, "strategy").starts_with("queue"); });
     return out;
 }
 
@@ -584,7 +631,7 @@ void print_results(const std::vector<row>& rows, const row& overhead, const std:
                                {"work_ms_per_run", "work/run"}, {"frames_to_return", "frames back"}, {"frames_bound", "bound"}});
     std::printf("\nstep sizing (queued strategies, max_step 200 us): munmap steps in wall time (us); the model's error "
                 "per step and the steps past max_step in thread CPU time (error quantiles are histogram bounds):\n");
-    print_table(stdout, having(rows, "prediction_error_p50_us"), {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"strategy", "strategy"},
+    print_table(stdout, queued(teardown_rows), {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"strategy", "strategy"},
                                {"step_p50_us", "step p50"}, {"step_p99_us", "p99"}, {"steps_per_pool", "steps/pool"},
                                {"prediction_error_p50_us", "|error| p50"}, {"prediction_error_p99_us", "p99"},
                                {"steps_over_max_step_pct", "% over max_step"}});
@@ -592,7 +639,9 @@ void print_results(const std::vector<row>& rows, const row& overhead, const std:
         std::printf("\ncontention probe: mmap+touch+munmap latency (us) during each strategy:\n");
         print_table(stdout, having(rows, "probe_p50_us"), {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"strategy", "strategy"},
                                    {"probe_p50_us", "p50"}, {"probe_p99_us", "p99"}, {"probe_p999_us", "p99.9"},
-                                   {"probe_max_us", "max"}, {"probe_mmap_max_us", "mmap max"}, {"probe_samples", "samples"}, {"probe_preempted", "preempted"}});
+                                   {"probe_max_us", "max"}, {"probe_mmap_max_us", "mmap max"}, {"probe_mmap_net_max_us", "net of run queue"},
+                                   {"unmap_off_cpu_max_us", "munmap off-cpu max"},
+                                   {"probe_samples", "samples"}, {"probe_preempted", "preempted"}});
     }
     std::printf("\nlibrary overhead (Os calls cost nothing): push %.1f ns, bookkeeping %.1f ns per drain step "
                 "(%.1f ns with posix_os's thread CPU clock reads), %.3f allocations per push+drain; one "
