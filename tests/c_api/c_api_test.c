@@ -450,6 +450,7 @@ static void test_drain_until_stats_and_the_deadline_in_milliseconds(void) {
     opts.close_on_worker = 0;
     opts.max_delay_ns = 40000000;
     opts.unmap_chunk_bytes = page;
+    opts.max_step_ns = 1; /* every munmap step runs past it */
     du_queue *q = du_queue_create_with(&opts);
     CHECK(q != NULL);
     CHECK(du_queue_ms_until_deadline(q) == -1);
@@ -467,6 +468,7 @@ static void test_drain_until_stats_and_the_deadline_in_milliseconds(void) {
     du_queue_stats(q, &s);
     CHECK(s.bursts == 1 && s.burst_items == 1 && s.burst_bytes == p.length && s.burst_drains == 1);
     CHECK(s.burst_duration_ns > 0 && s.burst_worst_drain_ns > 0);
+    CHECK(s.unmap_steps_over_max_step == 8 && s.unmap_error_p99_ns >= s.unmap_error_p50_ns);
     du_queue_stats(NULL, &s);
     CHECK(s.items_pushed == 0 && s.size == sizeof s);
     CHECK(du_queue_pending_items(NULL) == 0 && du_queue_worker_fd(NULL) == -1 && du_queue_ms_until_deadline(NULL) == -1);
