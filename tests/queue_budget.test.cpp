@@ -275,3 +275,54 @@ TEST_CASE("stats: each munmap step's prediction error is recorded, and any step 
     CHECK(stats.unmap_prediction_error.max() == error);
     CHECK(stats.unmap_steps_over_max_step == 1);
 }
+
+TEST_CASE("stats: a failed chunk's fallback is not booked as a step-sizing miss") {
+    auto& os = scripted_costs();
+    os.fail = [failed = false](const dt::os_call& c) mutable {
+        if (c.op != call_kind::unmap || failed) return 0;
+        failed = true;
+        return ENOMEM;  // the first chunk fails; its fallback unmaps the whole rest in one call
+    };
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = 2 * mib, .max_step = 200us, .prior = exact_model()})};
+    q.push(dt::make_region(20 * mib));
+    REQUIRE(q.drain(1ns).steps == 1);
+    const auto stats = q.stats();
+    CHECK(stats.unmap_errors == 1);
+    CHECK(stats.unmap_prediction_error.count() == 0);
+    CHECK(stats.unmap_steps_over_max_step == 0);
+}
+
+TEST_CASE("stats: a preempted munmap step is neither a prediction error nor over max_step") {
+    constexpr double rate = 3.0 / 64.0;  // exact in binary, as above
+    auto& os = scripted_costs();
+    os.unmap_ns_per_byte = rate;
+    scripted_queue q{inline_mode({.max_step = 200us, .prior = unmap_model(rate)})};
+    q.push(dt::make_region(20 * mib));
+    os.preempt = 5ms;  // 5 ms of wall time in which the thread had no CPU
+    REQUIRE(q.drain(1ns).steps == 1);
+    os.preempt = 0ns;
+    const auto stats = q.stats();
+    CHECK(stats.step_durations.max() >= 5ms);
+    CHECK(stats.unmap_prediction_error.max() == 0ns);
+    CHECK(stats.unmap_steps_over_max_step == 0);
+}
+
+TEST_CASE("stats: every munmap step is booked once and no close is, inline and on the unmapping worker") {
+    scripted_costs();
+    {
+        scripted_queue q{inline_mode(two_mib_steps({.prior = exact_model()}))};
+        q.push(dt::make_region(5 * mib));
+        q.flush();
+        CHECK(dt::script().count(call_kind::unmap) == 3);
+        CHECK(q.stats().unmap_prediction_error.count() == 3);
+    }
+    scripted_costs();
+    {
+        scripted_queue q{two_mib_steps({.unmap_on_worker = true, .worker_pause = 0ns, .prior = exact_model()})};
+        q.push(dt::make_region(5 * mib));
+        q.drain(0ns);
+        q.flush();
+        CHECK(dt::script().count(call_kind::unmap) == 3);
+        CHECK(q.stats().unmap_prediction_error.count() == 3);
+    }
+}

@@ -182,7 +182,7 @@ private:
         const std::chrono::nanoseconds cpu_before = cpu_mark_;
         const bool unmap_step = unmapping();
         const std::size_t bytes = unmap_step ? next_chunk() : current_.close_bytes;
-        const std::chrono::nanoseconds predicted = unmap_step ? model_.predict_unmap(bytes) : model_.predict_close(bytes);
+        const std::chrono::nanoseconds predicted = unmap_step ? model_.predict_unmap(bytes) : std::chrono::nanoseconds{-1};
         if (unmap_step) {
             unmap(current_.addr + current_.unmapped, bytes, current_.length - current_.unmapped, step);
             current_.unmapped += step.advanced;
@@ -200,8 +200,9 @@ private:
         const std::chrono::nanoseconds cpu_after = cpu_now();
         cpu_mark_ = cpu_after;  // the next step of this run starts here, as `after` is its wall start
         if (cpu_before.count() >= 0 && cpu_after.count() >= 0) learned = std::min(learned, cpu_after - cpu_before);
-        if (unmap_step) step.unmap_miss = {predicted, learned, learned > options_.max_step};
         const bool clean = step.unmap_errors == 0 && step.close_errors == 0;
+        // A failed chunk's fallback unmapped more than was predicted: a fault, not a sizing miss.
+        if (clean && unmap_step) step.unmap_miss = {predicted, learned, learned > options_.max_step};
         if (clean && unmap_step) model_.learn_unmap(bytes, learned);
         if (clean && !unmap_step) model_.learn_close(bytes, learned);
         step.item_done = !unmapping() && (current_.fd < 0 || !unmap_step);
