@@ -99,7 +99,7 @@ typedef struct du_stats {
     uint64_t burst_items, burst_bytes, burst_drains;   /* the last burst */
     int64_t burst_duration_ns, burst_worst_drain_ns;
     uint64_t unmap_steps_over_max_step;             /* munmap steps whose time exceeded max_step */
-    int64_t unmap_error_p50_ns, unmap_error_p99_ns; /* |time - prediction| per munmap step */
+    int64_t unmap_prediction_error_p50_ns, unmap_prediction_error_p99_ns; /* |time - prediction| per munmap step */
 } du_stats;
 
 typedef struct du_drain_report {

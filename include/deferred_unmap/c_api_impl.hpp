@@ -143,8 +143,8 @@ inline du_stats to_c(const reclaim_stats& s) noexcept {
     out.burst_duration_ns = ns(s.last_burst.duration);
     out.burst_worst_drain_ns = ns(s.last_burst.worst_drain);
     out.unmap_steps_over_max_step = s.unmap_steps_over_max_step;
-    out.unmap_error_p50_ns = ns(s.unmap_prediction_error.quantile(0.5));
-    out.unmap_error_p99_ns = ns(s.unmap_prediction_error.quantile(0.99));
+    out.unmap_prediction_error_p50_ns = ns(s.unmap_prediction_error.quantile(0.5));
+    out.unmap_prediction_error_p99_ns = ns(s.unmap_prediction_error.quantile(0.99));
     return out;
 }
 

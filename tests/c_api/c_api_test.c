@@ -468,7 +468,7 @@ static void test_drain_until_stats_and_the_deadline_in_milliseconds(void) {
     du_queue_stats(q, &s);
     CHECK(s.bursts == 1 && s.burst_items == 1 && s.burst_bytes == p.length && s.burst_drains == 1);
     CHECK(s.burst_duration_ns > 0 && s.burst_worst_drain_ns > 0);
-    CHECK(s.unmap_steps_over_max_step == 8 && s.unmap_error_p99_ns >= s.unmap_error_p50_ns);
+    CHECK(s.unmap_steps_over_max_step == 8 && s.unmap_prediction_error_p99_ns >= s.unmap_prediction_error_p50_ns);
     du_queue_stats(NULL, &s);
     CHECK(s.items_pushed == 0 && s.size == sizeof s);
     CHECK(du_queue_pending_items(NULL) == 0 && du_queue_worker_fd(NULL) == -1 && du_queue_ms_until_deadline(NULL) == -1);
