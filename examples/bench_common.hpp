@@ -547,9 +547,11 @@ struct call_times {
     std::vector<double> unmap_cpu_per_pool_us, close_cpu_us;  // the same, in thread CPU time
     double work_ms = 0;              ///< every munmap and close, on any thread
     double max_frame_close_us = 0;   ///< the largest single close() on the frame thread
-    /// The longest a thread spent off the CPU inside one munmap (wall - CPU time): a thread
-    /// preempted there keeps mmap_lock, and every other mmap and page fault waits for it.
+    /// The longest a thread spent off the CPU inside one munmap (wall - CPU time): an upper bound on
+    /// how long it was preempted there holding mmap_lock (it includes sleeping while waiting for it).
     double max_unmap_off_cpu_us = 0;
+    std::size_t unmap_calls = 0;
+    std::size_t unmap_calls_over_max_step = 0;  ///< munmaps that took longer than the default max_step in CPU time
 };
 
 /// Groups the logged munmaps by pool (chunks of one pool add up) using each pool's mapped range.
@@ -567,6 +569,8 @@ inline call_times collect_calls(std::span<const std::pair<const void*, std::size
         }
         out.unmap_steps_us.push_back(us);
         out.max_unmap_off_cpu_us = std::max(out.max_unmap_off_cpu_us, us - cpu_us);
+        ++out.unmap_calls;
+        if (r.cpu > du::reclaim_options{}.max_step) ++out.unmap_calls_over_max_step;
         const auto it = std::upper_bound(ranges.begin(), ranges.end(), r.addr,
                                          [](const void* a, const auto& range) { return std::less<>{}(a, range.first); });
         if (it == ranges.begin()) continue;
