@@ -22,7 +22,7 @@ TEST_CASE("queue: with close_on_worker, drain unmaps and the worker closes") {
     };
     std::vector<int> fds;
     {
-        scripted_queue q{{.close_on_worker = true}};
+        scripted_queue q{two_mib_steps({.close_on_worker = true})};
         for (int i = 0; i < 8; ++i) {
             auto region = dt::make_region(3 * mib);
             fds.push_back(region.fd());

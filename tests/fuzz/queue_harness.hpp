@@ -186,7 +186,7 @@ private:
         default: o.unmap_chunk_bytes = (1 + source_.below(64)) * page; break;
         }
         switch (source_.below(4)) {
-        case 0: o.max_step = ns{1}; break;  // every step one page
+        case 0: o.max_step = ns{1}; break;  // steps as short as the model allows: one page unless it predicts nothing
         case 1: o.max_step = ns{1 + static_cast<std::int64_t>(source_.below(1'000'000))}; break;
         case 2: o.max_step = std::chrono::hours{1}; break;  // the chunk alone decides
         default: break;  // the default
