@@ -541,7 +541,11 @@ cmd_measure() {
     done
     trap - EXIT
     kill_stale "$dir"
-    python3 "$here/lab_report.py" "$out" --machine "$machine" --date "$stamp" --json "$logs/results.json" | tee "$logs/report.txt"
+    # Which library the root holds: `build` installed it from this checkout (the lab records no more).
+    local source
+    source="deferred_unmap $(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)"
+    python3 "$here/lab_report.py" "$out" --machine "$machine" --date "$stamp" --source "$source" \
+        --json "$logs/results.json" | tee "$logs/report.txt"
 }
 
 # ---- main ----

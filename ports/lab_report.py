@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""lab_report.py RESULTS.jsonl --machine TEXT --date STAMP [--json OUT]
+"""lab_report.py RESULTS.jsonl --machine TEXT --date STAMP [--source TEXT] [--json OUT]
 
 Turns the records lab.sh measure wrote (one JSON object per client run) into one table and the
 issue's target checks, all within this one run:
@@ -34,6 +34,7 @@ def main():
     ap.add_argument("results")
     ap.add_argument("--machine", default="")
     ap.add_argument("--date", default="")
+    ap.add_argument("--source", default="")
     ap.add_argument("--json")
     args = ap.parse_args()
     rows = load(args.results)
@@ -50,6 +51,8 @@ def main():
             builds.append(key)
 
     print(f"lab.sh measure, {args.date}, {args.machine}; {len(reps)} repetitions, figures per repetition (1 / 2 / 3)")
+    if args.source:
+        print(f"built from {args.source}")
     print(f"{'compositor':<15} {'build':<19} {'client':<7} {'gap p50 ms':<20} {'gap p99 ms':<20} {'gap max ms':<22} {'client own ms':<16} {'missed':<9} left after client")
     for comp, build in builds:
         for client in ("burst", "churn", "simple-shm"):
@@ -113,7 +116,7 @@ def main():
         print(f"  {'MET ' if c['met'] else 'MISS'} {c['compositor']:<6} {c['build']:<12} {c['target']:<52} {vals}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"date": args.date, "machine": args.machine, "repetitions": len(reps), "records": rows, "targets": checks}, f, indent=1)
+            json.dump({"date": args.date, "machine": args.machine, "source": args.source, "repetitions": len(reps), "records": rows, "targets": checks}, f, indent=1)
             f.write("\n")
     return 0
 
