@@ -2,12 +2,13 @@
 //
 // Guarantees: every pushed item is torn down exactly once, oldest first, mapping before descriptor,
 // even when the queue cannot grow (then everything older goes first, on the pushing thread). Work is
-// cut into steps (one munmap of at most unmap_chunk_bytes, or one close) whose cost a model learned
-// online predicts. drain(budget) starts a step only if it fits what is left of the budget, except the
-// first, so every call makes progress and overshoots by at most one step; drain_until(deadline) never
-// starts a step predicted to end after the deadline. Neither waits longer than its budget for steps
-// another thread is running: it returns with report.busy set. Errors never throw and never lose an
-// item: they are counted and passed to on_error.
+// cut into steps (one munmap predicted to hold mmap_lock at most max_step, or one close) whose cost a
+// model learned online predicts. Steps of one drain run back to back, so another thread's mmap or
+// page fault may wait for the whole drain, not one step. drain(budget) starts a step only if it fits
+// what is left of the budget, except the first, so every call makes progress and overshoots by at
+// most one step; drain_until(deadline) never starts a step predicted to end after the deadline.
+// Neither waits longer than its budget for steps another thread is running: it returns with
+// report.busy set. Errors never throw and never lose an item: they are counted and passed to on_error.
 //
 //   deferred_unmap::reclaim_queue queue;                                      // closes on a worker
 //   void on_pool_destroyed(pool& p) { queue.push(std::move(p.region)); }      // O(1), no syscall
