@@ -309,6 +309,8 @@ inline std::vector<pool> make_pools(std::size_t count, std::size_t bytes) {
 /// The *_fixed_steps strategies are the queued modes under the step rule before max_step: every
 /// munmap step a fixed 2 MiB, however long that takes, so the two rules are measured side by side.
 /// queue_worker_low_priority is queue_worker with low_priority_closes (the worker at nice 10).
+/// queue_worker_gap is queue_worker drained one step at a time with a 20 us pause between steps, so a
+/// thread woken when mmap_lock comes free can take it before the next step does (see gap_engine).
 enum class strategy {
     close_first,
     unmap_first,
@@ -319,12 +321,14 @@ enum class strategy {
     queue_fixed_steps,
     queue_worker_fixed_steps,
     queue_worker_low_priority,
+    queue_worker_gap,
 };
 
 inline constexpr strategy all_strategies[] = {
     strategy::close_first,        strategy::unmap_first,       strategy::thread_drop,
     strategy::queue,              strategy::queue_worker,      strategy::queue_worker_unmap,
     strategy::queue_fixed_steps,  strategy::queue_worker_fixed_steps, strategy::queue_worker_low_priority,
+    strategy::queue_worker_gap,
 };
 
 inline const char* name(strategy s) {
@@ -338,6 +342,7 @@ inline const char* name(strategy s) {
         case strategy::queue_fixed_steps: return "queue/2MiB";
         case strategy::queue_worker_fixed_steps: return "queue+worker/2MiB";
         case strategy::queue_worker_low_priority: return "queue+worker/nice";
+        case strategy::queue_worker_gap: return "queue+worker/gap";
     }
     return "?";
 }
@@ -439,6 +444,35 @@ private:
     queue_type queue_;
 };
 
+/// The queue drained one step per drain() call, with a short busy pause between steps inside the
+/// frame's budget: within one drain, steps run back to back and retake mmap_lock before a woken
+/// waiter can; the pause lets the waiter in. Measures a change to the library's loop from outside it.
+class gap_engine final : public teardown_engine {
+public:
+    using queue_type = du::basic_reclaim_queue<steady, timed_os>;
+    static constexpr nanoseconds gap{20'000};
+    gap_engine(nanoseconds budget, du::reclaim_options options) : budget_(budget), queue_(std::move(options)) {}
+
+    void release(pool&& p) override { queue_.push(std::move(p)); }
+    void frame() override {
+        const auto end = steady::now() + budget_;
+        auto did = [](const du::drain_report& r) { return r.steps > 0 || r.fds_handed_off > 0; };
+        bool more = did(queue_.drain(nanoseconds{1}));  // one step, as drain(budget) always makes
+        while (more && steady::now() + gap + queue_.options().max_step <= end) {
+            for (const auto until = steady::now() + gap; steady::now() < until;) {
+            }
+            more = did(queue_.drain(nanoseconds{1}));
+        }
+    }
+    [[nodiscard]] bool idle() const override { return queue_.empty(); }
+    void finish() override { queue_.flush(); }
+    [[nodiscard]] std::optional<du::reclaim_stats> queue_stats() const override { return queue_.stats(); }
+
+private:
+    nanoseconds budget_;
+    queue_type queue_;
+};
+
 inline du::reclaim_options fixed_steps(bool close_on_worker) {
     return {.unmap_chunk_bytes = std::size_t{2} << 20, .max_step = std::chrono::hours{1}, .close_on_worker = close_on_worker};
 }
@@ -456,6 +490,7 @@ inline std::unique_ptr<teardown_engine> make_engine(strategy s, nanoseconds budg
         case strategy::queue_worker_fixed_steps: return std::make_unique<queue_engine>(budget, fixed_steps(true));
         case strategy::queue_worker_low_priority:
             return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = true, .low_priority_closes = true});
+        case strategy::queue_worker_gap: return std::make_unique<gap_engine>(budget, du::reclaim_options{.close_on_worker = true});
     }
     return nullptr;
 }

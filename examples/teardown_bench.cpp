@@ -594,7 +594,7 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
         for (const char* q : {"queue+worker", "queue+worker/nice", "queue+worker-unmap"})
             out.push_back(target(std::string("probe mmap max ") + q + " / thread-drop",
                                  number(at(q), "probe_mmap_max_us") / number(at("thread-drop"), "probe_mmap_max_us"), 1.0 / 3));
-        for (const char* q : {"queue+worker", "queue+worker/nice"})
+        for (const char* q : {"queue+worker", "queue+worker/nice", "queue+worker/gap"})
             out.push_back(target(std::string("same, net of run-queue wait, ") + q,
                                  number(at(q), "probe_mmap_net_max_us") / number(at("thread-drop"), "probe_mmap_net_max_us"), 1.0 / 3));
         out.push_back(target("probe p99.9 queue / queue/2MiB", number(at("queue"), "probe_p999_us") / number(at("queue/2MiB"), "probe_p999_us"), 1.0));
