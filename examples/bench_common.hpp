@@ -310,7 +310,7 @@ inline std::vector<pool> make_pools(std::size_t count, std::size_t bytes) {
 /// munmap step a fixed 2 MiB, however long that takes, so the two rules are measured side by side.
 /// queue_worker_low_priority is queue_worker with low_priority_closes (the worker at nice 10).
 /// queue_worker_gap is queue_worker drained one step at a time with a 20 us pause between steps, so a
-/// thread woken when mmap_lock comes free can take it before the next step does (see gap_engine).
+/// thread woken when mmap_lock comes free can take it before the next step does (see queue_engine).
 enum class strategy {
     close_first,
     unmap_first,
@@ -427,39 +427,27 @@ private:
     std::jthread thread_;
 };
 
-/// This library: push on death, drain a budget per frame.
+/// This library: push on death, drain a budget per frame. With a step gap, the budget is drained one
+/// step per drain() call with a busy pause of `step_gap` between steps: within one drain, steps run
+/// back to back and retake mmap_lock before a woken waiter can, and the pause lets the waiter in. That
+/// measures a change to the library's loop from outside it.
 class queue_engine final : public teardown_engine {
 public:
     using queue_type = du::basic_reclaim_queue<steady, timed_os>;
-    queue_engine(nanoseconds budget, du::reclaim_options options) : budget_(budget), queue_(std::move(options)) {}
-
-    void release(pool&& p) override { queue_.push(std::move(p)); }
-    void frame() override { queue_.drain(budget_); }
-    [[nodiscard]] bool idle() const override { return queue_.empty(); }
-    void finish() override { queue_.flush(); }
-    [[nodiscard]] std::optional<du::reclaim_stats> queue_stats() const override { return queue_.stats(); }
-
-private:
-    nanoseconds budget_;
-    queue_type queue_;
-};
-
-/// The queue drained one step per drain() call, with a short busy pause between steps inside the
-/// frame's budget: within one drain, steps run back to back and retake mmap_lock before a woken
-/// waiter can; the pause lets the waiter in. Measures a change to the library's loop from outside it.
-class gap_engine final : public teardown_engine {
-public:
-    using queue_type = du::basic_reclaim_queue<steady, timed_os>;
-    static constexpr nanoseconds gap{20'000};
-    gap_engine(nanoseconds budget, du::reclaim_options options) : budget_(budget), queue_(std::move(options)) {}
+    queue_engine(nanoseconds budget, du::reclaim_options options, nanoseconds step_gap = {})
+        : budget_(budget), step_gap_(step_gap), queue_(std::move(options)) {}
 
     void release(pool&& p) override { queue_.push(std::move(p)); }
     void frame() override {
+        if (step_gap_ == nanoseconds::zero()) {
+            queue_.drain(budget_);
+            return;
+        }
         const auto end = steady::now() + budget_;
         auto did = [](const du::drain_report& r) { return r.steps > 0 || r.fds_handed_off > 0; };
         bool more = did(queue_.drain(nanoseconds{1}));  // one step, as drain(budget) always makes
-        while (more && steady::now() + gap + queue_.options().max_step <= end) {
-            for (const auto until = steady::now() + gap; steady::now() < until;) {
+        while (more && steady::now() + step_gap_ + queue_.options().max_step <= end) {
+            for (const auto until = steady::now() + step_gap_; steady::now() < until;) {
             }
             more = did(queue_.drain(nanoseconds{1}));
         }
@@ -470,6 +458,7 @@ public:
 
 private:
     nanoseconds budget_;
+    nanoseconds step_gap_;
     queue_type queue_;
 };
 
@@ -490,7 +479,8 @@ inline std::unique_ptr<teardown_engine> make_engine(strategy s, nanoseconds budg
         case strategy::queue_worker_fixed_steps: return std::make_unique<queue_engine>(budget, fixed_steps(true));
         case strategy::queue_worker_low_priority:
             return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = true, .low_priority_closes = true});
-        case strategy::queue_worker_gap: return std::make_unique<gap_engine>(budget, du::reclaim_options{.close_on_worker = true});
+        case strategy::queue_worker_gap:
+            return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = true}, std::chrono::microseconds{20});
     }
     return nullptr;
 }
