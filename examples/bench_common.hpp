@@ -581,6 +581,7 @@ struct call_times {
 
 /// Groups the logged munmaps by pool (chunks of one pool add up) using each pool's mapped range.
 inline call_times collect_calls(std::span<const std::pair<const void*, std::size_t>> ranges) {
+    const nanoseconds default_max_step = du::reclaim_options{}.max_step;
     call_times out;
     std::vector<double> per_pool(ranges.size(), 0.0), cpu_per_pool(ranges.size(), 0.0);
     for (const auto& r : call_log::records()) {
@@ -595,7 +596,7 @@ inline call_times collect_calls(std::span<const std::pair<const void*, std::size
         out.unmap_steps_us.push_back(us);
         out.max_unmap_off_cpu_us = std::max(out.max_unmap_off_cpu_us, us - cpu_us);
         ++out.unmap_calls;
-        if (r.cpu > du::reclaim_options{}.max_step) ++out.unmap_calls_over_max_step;
+        if (r.cpu > default_max_step) ++out.unmap_calls_over_max_step;
         const auto it = std::upper_bound(ranges.begin(), ranges.end(), r.addr,
                                          [](const void* a, const auto& range) { return std::less<>{}(a, range.first); });
         if (it == ranges.begin()) continue;

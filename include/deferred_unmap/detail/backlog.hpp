@@ -43,7 +43,7 @@ struct step_outcome {
         std::chrono::nanoseconds predicted{-1};  // -1: not a munmap step
         std::chrono::nanoseconds learned{0};     // what the model learned from: min(wall, thread CPU)
         bool over_max_step = false;
-    } unmap_miss;
+    } unmap_prediction;
 };
 
 template <class Clock>
@@ -111,8 +111,8 @@ public:
         stats_.close_errors += step.close_errors;
         stats_.fallback_unmaps += step.fallback ? 1 : 0;
         stats_.fds_closed += step.closed ? 1 : 0;
-        if (step.unmap_miss.predicted.count() >= 0) {
-            const auto [predicted, learned, over] = step.unmap_miss;
+        if (step.unmap_prediction.predicted.count() >= 0) {
+            const auto [predicted, learned, over] = step.unmap_prediction;
             stats_.unmap_prediction_error.record(learned > predicted ? learned - predicted : predicted - learned);
             stats_.unmap_steps_over_max_step += over ? 1 : 0;
         }

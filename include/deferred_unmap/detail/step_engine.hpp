@@ -202,7 +202,7 @@ private:
         if (cpu_before.count() >= 0 && cpu_after.count() >= 0) learned = std::min(learned, cpu_after - cpu_before);
         const bool clean = step.unmap_errors == 0 && step.close_errors == 0;
         // A failed chunk's fallback unmapped more than was predicted: a fault, not a sizing miss.
-        if (clean && unmap_step) step.unmap_miss = {predicted, learned, learned > options_.max_step};
+        if (clean && unmap_step) step.unmap_prediction = {predicted, learned, learned > options_.max_step};
         if (clean && unmap_step) model_.learn_unmap(bytes, learned);
         if (clean && !unmap_step) model_.learn_close(bytes, learned);
         step.item_done = !unmapping() && (current_.fd < 0 || !unmap_step);
