@@ -83,6 +83,7 @@ typedef struct du_queue_options {
     du_error_fn on_error;       /* NULL: errors are only counted */
     void *on_error_data;
     int64_t max_step_ns;        /* longest a munmap step is predicted to hold mmap_lock; must be > 0 */
+    int64_t drain_pause_ns;     /* sleep a drain takes between two munmap steps, from its budget; >= 0 */
 } du_queue_options;
 
 /* Totals since the queue was made, and the last burst (from a push into an empty queue until it was

@@ -51,6 +51,7 @@ inline du_queue_options defaults() noexcept {
     opts.call_overhead_ns = d.prior.call_overhead.count();
     opts.initial_capacity = d.initial_capacity;
     opts.max_step_ns = d.max_step.count();
+    opts.drain_pause_ns = d.drain_pause.count();
     return opts;
 }
 
@@ -94,6 +95,7 @@ inline reclaim_options to_options(const du_queue_options& opts) noexcept {
     options.prior.call_overhead = std::chrono::nanoseconds{opts.call_overhead_ns};
     options.initial_capacity = opts.initial_capacity;
     options.max_step = std::chrono::nanoseconds{opts.max_step_ns};
+    options.drain_pause = std::chrono::nanoseconds{opts.drain_pause_ns};
     if (opts.on_error != nullptr) {
         options.on_error = [fn = opts.on_error, data = opts.on_error_data](const reclaim_error& e) {
             const du_error error{e.op == reclaim_error::operation::unmap ? DU_OP_UNMAP : DU_OP_CLOSE, e.error, e.addr,

@@ -1,4 +1,4 @@
-// deferred_unmap/os.hpp - the OS policy: the three system calls the library makes.
+// deferred_unmap/os.hpp - the OS policy: the system calls the library makes.
 //
 // Every handle and the queue reach the kernel only through an `Os` policy type, so tests can swap in
 // `testing::scripted_os` and inject costs and errors. A policy is a type with three static noexcept
@@ -10,7 +10,9 @@
 //     static int close(int fd) noexcept;                      // 0 or an errno value; never retried
 //   };
 //
-// `posix_os` is the real one: mmap(2), munmap(2), close(2).
+// Two more are optional: thread_cpu_time() (the model learns from CPU time, not wall time) and
+// pause() (a drain sleeps drain_pause between munmap steps). `posix_os` is the real one: mmap(2),
+// munmap(2), close(2), clock_gettime(2), clock_nanosleep(2).
 #pragma once
 
 #include <cerrno>
@@ -57,6 +59,15 @@ struct posix_os {
         if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return std::chrono::nanoseconds{-1};
         return std::chrono::seconds{ts.tv_sec} + std::chrono::nanoseconds{ts.tv_nsec};
     }
+    /// Sleeps about `d` (clock_nanosleep on CLOCK_MONOTONIC; the kernel may add the thread's timer
+    /// slack, 50 us by default). A signal cuts it short and it is not resumed: the caller reads its
+    /// clock after. Cost: one syscall; no allocation.
+    static void pause(std::chrono::nanoseconds d) noexcept {
+        if (d <= std::chrono::nanoseconds::zero()) return;
+        const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(d);
+        const timespec ts{static_cast<std::time_t>(seconds.count()), static_cast<long>((d - seconds).count())};
+        ::clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, nullptr);
+    }
 };
 
 /// What a type needs to serve as the `Os` policy of the handles and the queue.
@@ -74,8 +85,15 @@ concept has_thread_cpu_time = requires {
     { Os::thread_cpu_time() } noexcept -> std::same_as<std::chrono::nanoseconds>;
 };
 
+/// An Os policy that can also sleep (optional: without it, reclaim_options::drain_pause is ignored).
+template <class Os>
+concept has_pause = requires(std::chrono::nanoseconds d) {
+    { Os::pause(d) } noexcept -> std::same_as<void>;
+};
+
 static_assert(os_policy<posix_os>, "posix_os must model os_policy");
 static_assert(has_thread_cpu_time<posix_os>, "posix_os reads the thread's CPU clock");
+static_assert(has_pause<posix_os>, "posix_os can sleep between steps");
 
 namespace detail {
 

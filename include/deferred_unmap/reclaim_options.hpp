@@ -31,6 +31,12 @@ struct reclaim_options {
     /// and min(unmap_chunk_bytes, what is left), so a slow machine cuts its steps finer. 200 us is
     /// what one munmap of a whole 19.8 MiB pool took on the original report's desktop. Must be > 0.
     std::chrono::nanoseconds max_step = std::chrono::microseconds{200};
+    /// Sleep a drain or drain_until takes between two munmap steps, counted against its budget, so an
+    /// mmap() or page fault of another thread that waited for the first step gets mmap_lock before the
+    /// second: the kernel wakes a waiter when the lock is released, but a thread that asks for it
+    /// again at once takes it first, for up to ~4 ms of back-to-back steps. Zero: steps run back to
+    /// back. Not taken by flush or a push over the cap. Must be >= 0. Needs an Os with pause().
+    std::chrono::nanoseconds drain_pause = std::chrono::nanoseconds::zero();
     /// Hard cap on mapped bytes waiting; a push beyond it reclaims the oldest at once until it fits.
     std::size_t max_pending_bytes = std::numeric_limits<std::size_t>::max();
     /// How long work may wait without a drain; see next_deadline(). A negative value counts as zero.
@@ -61,10 +67,11 @@ struct reclaim_options {
 };
 
 /// Empty when a queue accepts `options`; std::errc::invalid_argument when the prior is not valid()
-/// (negative, NaN or infinite) or max_step is not positive. O(1), no allocation.
+/// (negative, NaN or infinite), max_step is not positive or drain_pause is negative. O(1), no allocation.
 [[nodiscard]] inline std::error_code validate(const reclaim_options& options) noexcept {
     if (!options.prior.valid()) return std::make_error_code(std::errc::invalid_argument);
     if (options.max_step <= std::chrono::nanoseconds::zero()) return std::make_error_code(std::errc::invalid_argument);
+    if (options.drain_pause < std::chrono::nanoseconds::zero()) return std::make_error_code(std::errc::invalid_argument);
     return {};
 }
 

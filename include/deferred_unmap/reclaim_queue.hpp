@@ -3,10 +3,11 @@
 // Guarantees: every pushed item is torn down exactly once, oldest first, mapping before descriptor,
 // even when the queue cannot grow (then everything older goes first, on the pushing thread). Work is
 // cut into steps (one munmap predicted to hold mmap_lock at most max_step, or one close) whose cost a
-// model learned online predicts. Steps of one drain run back to back, so another thread's mmap or
-// page fault may wait for the whole drain, not one step. drain(budget) starts a step only if it fits
-// what is left of the budget, except the first, so every call makes progress and overshoots by at
-// most one step; drain_until(deadline) never starts a step predicted to end after the deadline.
+// model learned online predicts. Without drain_pause the steps of one drain run back to back, so
+// another thread's mmap may wait for the whole drain, not one step. drain(budget) starts a step only
+// if it fits what is left of the budget, except the first, so every call makes progress and
+// overshoots by at most one step; drain_until(deadline) never starts a step predicted to end after
+// the deadline.
 // Neither waits longer than its budget for steps another thread is running: it returns with
 // report.busy set. Errors never throw and never lose an item: they are counted and passed to on_error.
 //
@@ -112,7 +113,8 @@ public:
     drain_report drain(std::chrono::nanoseconds budget) noexcept {
         const time_point start = Clock::now();
         if (budget <= std::chrono::nanoseconds::zero()) return finish(drain_report{});
-        return run_drain(start, {.deadline = detail::saturating_add<Clock>(start, budget), .first_step_free = true});
+        return run_drain(start, {.deadline = detail::saturating_add<Clock>(start, budget), .first_step_free = true,
+                                 .unmap_pause = unmap_pause()});
     }
 
     /// Runs steps while each is predicted to end by `deadline`; never starts one predicted to end later,
@@ -120,7 +122,7 @@ public:
     /// (a close longer than any deadline given) still goes: through drain() from the idle timer, whose
     /// first step always runs, or on the worker. Otherwise as drain().
     drain_report drain_until(time_point deadline) noexcept {
-        return run_drain(Clock::now(), {.deadline = deadline, .first_step_free = false});
+        return run_drain(Clock::now(), {.deadline = deadline, .first_step_free = false, .unmap_pause = unmap_pause()});
     }
 
     /// Tears everything down now, on this thread, and waits for the worker. Never throws. May block for
@@ -195,6 +197,12 @@ private:
 #if DEFERRED_UNMAP_HAS_EXCEPTIONS
         throw std::bad_alloc();
 #endif
+    }
+
+    // An Os that cannot sleep runs steps back to back rather than budget for a pause it cannot take.
+    [[nodiscard]] std::chrono::nanoseconds unmap_pause() const noexcept {
+        if constexpr (has_pause<Os>) return options_.drain_pause;
+        else return std::chrono::nanoseconds::zero();
     }
 
     [[nodiscard]] bool uses_worker() const noexcept { return options_.close_on_worker || options_.unmap_on_worker; }

@@ -2,8 +2,9 @@
 //
 // Guarantees: nothing here touches the kernel. scripted_os hands out fake descriptors (lowest free
 // number first, as the kernel does, so reuse is exercised) and fake page-aligned ranges, records every
-// call, advances manual_clock by a scripted cost per call, and fails the calls a test chooses. It also
-// notices misuse: closing a descriptor that is not open, unmapping bytes that are not mapped.
+// call, advances manual_clock by a scripted cost per call (a pause by what it asked to sleep), and
+// fails the calls a test chooses. It also notices misuse: closing a descriptor that is not open,
+// unmapping bytes that are not mapped.
 //
 //   auto& os = deferred_unmap::testing::reset();                 // fresh clock and script
 //   os.close_ns_per_byte = 0.1;                                   // a 20 MiB close costs ~2 ms
@@ -70,13 +71,14 @@ private:
 
 /// One call scripted_os received.
 struct os_call {
-    enum class kind { map, unmap, close };
+    enum class kind { map, unmap, close, pause };
     kind op = kind::close;
     void* addr = nullptr;
     std::size_t length = 0;
     int fd = -1;
     int result = 0;                 ///< errno returned (0: success)
     std::thread::id thread{};       ///< who made the call
+    std::chrono::nanoseconds slept{0};  ///< a pause: how long it asked to sleep
 };
 
 /// The state behind scripted_os. Costs and failures are plain fields a test sets before running.
@@ -194,6 +196,14 @@ public:
         return call.result;
     }
 
+    /// A sleep: manual_clock advances by `d`, cpu_clock not at all. Scripted costs do not apply.
+    void do_pause(std::chrono::nanoseconds d) noexcept {
+        std::lock_guard lock(mutex_);
+        os_call call{os_call::kind::pause, nullptr, 0, -1, 0, std::this_thread::get_id(), d};
+        calls_.push_back(call);
+        manual_clock::advance(d);
+    }
+
 private:
     static constexpr std::uintptr_t base_addr = std::uintptr_t{1} << 40;
 
@@ -258,10 +268,12 @@ struct scripted_os {
     static int unmap(void* addr, std::size_t length) noexcept { return script().do_unmap(addr, length); }
     static int close(int fd) noexcept { return script().do_close(fd); }
     static std::chrono::nanoseconds thread_cpu_time() noexcept { return cpu_clock::now(); }
+    static void pause(std::chrono::nanoseconds d) noexcept { script().do_pause(d); }
 };
 
 static_assert(os_policy<scripted_os>, "scripted_os must model os_policy");
 static_assert(has_thread_cpu_time<scripted_os>, "scripted_os scripts a CPU clock");
+static_assert(has_pause<scripted_os>, "scripted_os scripts sleeps");
 
 using scripted_fd = basic_unique_fd<scripted_os>;
 using scripted_mapping = basic_mapping<scripted_os>;

@@ -66,6 +66,7 @@ struct step_limits {
     bool first_step_free = false;  ///< drain(budget): the first step runs whatever its prediction
     bool hand_off = false;         ///< closes go to the worker (close_on_worker)
     bool until_under_cap = false;  ///< a push over max_pending_bytes: stop once under it
+    std::chrono::nanoseconds unmap_pause{0};  ///< sleep between two munmap steps (drain_pause)
     step_site site = step_site::drain;
 };
 
@@ -137,6 +138,7 @@ private:
     void run(const step_limits<Clock>& limits, drain_report& report, const hand_off_fn& hand_off) DU_REQUIRES(mutex_) {
         time_point now = Clock::now();
         cpu_mark_ = cpu_now();
+        bool after_unmap = false;  // survives hand-offs: they take no mmap_lock
         while (load_current()) {
             if (limits.until_under_cap && books_.pending_bytes() <= options_.max_pending_bytes) break;
             if (limits.hand_off && !unmapping() && hand_off && hand_off(current_.fd, current_.close_bytes)) {
@@ -149,9 +151,23 @@ private:
                 continue;
             }
             const bool forced = limits.first_step_free && report.steps == 0;
-            if (!forced && saturating_add<Clock>(now, predict_next()) > limits.deadline) break;
+            const std::chrono::nanoseconds pause = after_unmap && unmapping() ? limits.unmap_pause : std::chrono::nanoseconds{0};
+            if (!forced && saturating_add<Clock>(now, pause + predict_next()) > limits.deadline) break;
+            if (pause > std::chrono::nanoseconds::zero() && !paused(pause, now, limits.deadline)) break;
+            after_unmap = unmapping();
             now = timed_step(now, report, limits.site);
         }
+    }
+
+    // Sleeps `pause` (where the Os can) so a thread waiting for mmap_lock gets it between two steps;
+    // false when the sleep ran long enough that the next step no longer fits before `deadline`.
+    bool paused(std::chrono::nanoseconds pause, time_point& now, time_point deadline) DU_REQUIRES(mutex_) {
+        if constexpr (has_pause<Os>) {
+            Os::pause(pause);
+            now = Clock::now();
+            cpu_mark_ = cpu_now();
+        }
+        return saturating_add<Clock>(now, predict_next()) <= deadline;
     }
 
     // Makes the oldest unfinished item current; false when there is none.
