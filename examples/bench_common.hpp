@@ -255,6 +255,9 @@ struct timed_os {
     static int close(int fd) noexcept {
         return timed(call_record::kind::close, nullptr, 0, [&] { return du::posix_os::close(fd); });
     }
+    /// The queue learns from the thread's CPU time and sleeps drain_pause, as it does on posix_os.
+    static std::chrono::nanoseconds thread_cpu_time() noexcept { return du::posix_os::thread_cpu_time(); }
+    static void pause(nanoseconds d) noexcept { du::posix_os::pause(d); }
 
 private:
     static int timed(call_record::kind op, const void* addr, std::size_t length, auto call) noexcept {
@@ -309,8 +312,8 @@ inline std::vector<pool> make_pools(std::size_t count, std::size_t bytes) {
 /// The *_fixed_steps strategies are the queued modes under the step rule before max_step: every
 /// munmap step a fixed 2 MiB, however long that takes, so the two rules are measured side by side.
 /// queue_worker_low_priority is queue_worker with low_priority_closes (the worker at nice 10).
-/// queue_worker_gap is queue_worker drained one step at a time with a 20 us pause between steps, so a
-/// thread woken when mmap_lock comes free can take it before the next step does (see queue_engine).
+/// queue_worker_pause is queue_worker with drain_pause: a drain sleeps between two munmap steps, so a
+/// thread woken when mmap_lock comes free takes it before the next step does.
 enum class strategy {
     close_first,
     unmap_first,
@@ -321,14 +324,14 @@ enum class strategy {
     queue_fixed_steps,
     queue_worker_fixed_steps,
     queue_worker_low_priority,
-    queue_worker_gap,
+    queue_worker_pause,
 };
 
 inline constexpr strategy all_strategies[] = {
     strategy::close_first,        strategy::unmap_first,       strategy::thread_drop,
     strategy::queue,              strategy::queue_worker,      strategy::queue_worker_unmap,
     strategy::queue_fixed_steps,  strategy::queue_worker_fixed_steps, strategy::queue_worker_low_priority,
-    strategy::queue_worker_gap,
+    strategy::queue_worker_pause,
 };
 
 inline const char* name(strategy s) {
@@ -342,7 +345,7 @@ inline const char* name(strategy s) {
         case strategy::queue_fixed_steps: return "queue/2MiB";
         case strategy::queue_worker_fixed_steps: return "queue+worker/2MiB";
         case strategy::queue_worker_low_priority: return "queue+worker/nice";
-        case strategy::queue_worker_gap: return "queue+worker/gap";
+        case strategy::queue_worker_pause: return "queue+worker/pause";
     }
     return "?";
 }
@@ -427,38 +430,20 @@ private:
     std::jthread thread_;
 };
 
-/// This library: push on death, drain a budget per frame. With a step gap, the budget is drained one
-/// step per drain() call with a busy pause of `step_gap` between steps: within one drain, steps run
-/// back to back and retake mmap_lock before a woken waiter can, and the pause lets the waiter in. That
-/// measures a change to the library's loop from outside it.
+/// This library: push on death, drain a budget per frame.
 class queue_engine final : public teardown_engine {
 public:
     using queue_type = du::basic_reclaim_queue<steady, timed_os>;
-    queue_engine(nanoseconds budget, du::reclaim_options options, nanoseconds step_gap = {})
-        : budget_(budget), step_gap_(step_gap), queue_(std::move(options)) {}
+    queue_engine(nanoseconds budget, du::reclaim_options options) : budget_(budget), queue_(std::move(options)) {}
 
     void release(pool&& p) override { queue_.push(std::move(p)); }
-    void frame() override {
-        if (step_gap_ == nanoseconds::zero()) {
-            queue_.drain(budget_);
-            return;
-        }
-        const auto end = steady::now() + budget_;
-        auto did = [](const du::drain_report& r) { return r.steps > 0 || r.fds_handed_off > 0; };
-        bool more = did(queue_.drain(nanoseconds{1}));  // one step, as drain(budget) always makes
-        while (more && steady::now() + step_gap_ + queue_.options().max_step <= end) {
-            for (const auto until = steady::now() + step_gap_; steady::now() < until;) {
-            }
-            more = did(queue_.drain(nanoseconds{1}));
-        }
-    }
+    void frame() override { queue_.drain(budget_); }
     [[nodiscard]] bool idle() const override { return queue_.empty(); }
     void finish() override { queue_.flush(); }
     [[nodiscard]] std::optional<du::reclaim_stats> queue_stats() const override { return queue_.stats(); }
 
 private:
     nanoseconds budget_;
-    nanoseconds step_gap_;
     queue_type queue_;
 };
 
@@ -466,7 +451,10 @@ inline du::reclaim_options fixed_steps(bool close_on_worker) {
     return {.unmap_chunk_bytes = std::size_t{2} << 20, .max_step = std::chrono::hours{1}, .close_on_worker = close_on_worker};
 }
 
-inline std::unique_ptr<teardown_engine> make_engine(strategy s, nanoseconds budget) {
+/// The sleep queue+worker/pause takes between two munmap steps of a drain.
+inline constexpr std::chrono::microseconds default_drain_pause{50};
+
+inline std::unique_ptr<teardown_engine> make_engine(strategy s, nanoseconds budget, nanoseconds drain_pause = default_drain_pause) {
     switch (s) {
         case strategy::close_first: return std::make_unique<immediate_engine>(true);
         case strategy::unmap_first: return std::make_unique<immediate_engine>(false);
@@ -479,8 +467,8 @@ inline std::unique_ptr<teardown_engine> make_engine(strategy s, nanoseconds budg
         case strategy::queue_worker_fixed_steps: return std::make_unique<queue_engine>(budget, fixed_steps(true));
         case strategy::queue_worker_low_priority:
             return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = true, .low_priority_closes = true});
-        case strategy::queue_worker_gap:
-            return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = true}, std::chrono::microseconds{20});
+        case strategy::queue_worker_pause:
+            return std::make_unique<queue_engine>(budget, du::reclaim_options{.drain_pause = drain_pause, .close_on_worker = true});
     }
     return nullptr;
 }

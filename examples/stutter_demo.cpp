@@ -28,6 +28,7 @@ struct settings {
     std::size_t pools = 52;
     std::size_t pool_bytes = default_pool_bytes;
     unsigned budget_us = 1000;
+    unsigned drain_pause_us = static_cast<unsigned>(default_drain_pause.count());
     unsigned work_us = 2000;
     std::size_t burst_frame = 20;
     std::size_t tail_frames = 20;
@@ -45,6 +46,7 @@ settings parse(int argc, char** argv) {
     args.number("--pools", s.pools, "pools in the burst (default 52)");
     args.bytes("--pool-bytes", s.pool_bytes, "bytes per pool (default 2880*1800*4)");
     args.number("--budget-us", s.budget_us, "drain budget per frame (default 1000)");
+    args.number("--drain-pause-us", s.drain_pause_us, "queue+worker/pause: sleep between two munmap steps (default 50)");
     args.number("--work-us", s.work_us, "the compositor's own work per frame (default 2000)");
     args.number("--burst-frame", s.burst_frame, "frame at which the pools die (default 20)");
     args.number("--tail-frames", s.tail_frames, "frames drawn after all memory is back (default 20)");
@@ -90,7 +92,7 @@ outcome run_strategy(strategy s, const settings& cfg) {
     std::vector<std::vector<pool>> dead;
     dead.push_back(make_pools(cfg.pools, cfg.pool_bytes));
     const auto ranges = ranges_of(dead);
-    auto engine = make_engine(s, microseconds{cfg.budget_us});
+    auto engine = make_engine(s, microseconds{cfg.budget_us}, microseconds{cfg.drain_pause_us});
     call_log::reset(cfg.pools * (cfg.pool_bytes / (std::size_t{2} << 20) + 3) + 64);
     progress("%s: running frames", name(s));
     const auto setup_done = steady::now();

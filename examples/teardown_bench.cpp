@@ -62,6 +62,7 @@ struct settings {
     std::size_t rounds = 3;
     unsigned hz = 60;
     unsigned budget_us = 1000;
+    unsigned drain_pause_us = static_cast<unsigned>(default_drain_pause.count());
     bool quick = false;
     bool firefox = false;
     std::size_t firefox_bytes = std::size_t{30} << 20;
@@ -71,6 +72,7 @@ struct settings {
 
     [[nodiscard]] nanoseconds interval() const { return nanoseconds{1'000'000'000 / hz}; }
     [[nodiscard]] nanoseconds budget() const { return microseconds{budget_us}; }
+    [[nodiscard]] nanoseconds drain_pause() const { return microseconds{drain_pause_us}; }
 };
 
 settings parse(int argc, char** argv) {
@@ -85,6 +87,7 @@ settings parse(int argc, char** argv) {
     args.number("--rounds", rounds, "interleaved rounds per size (default 3)");
     args.number("--hz", s.hz, "frame rate of the drain loop (default 60)");
     args.number("--budget-us", s.budget_us, "drain budget per frame (default 1000)");
+    args.number("--drain-pause-us", s.drain_pause_us, "queue+worker/pause: sleep between two munmap steps (default 50)");
     args.flag("--firefox-focus", s.firefox, "add the scenario of a client dropping a buffer every frame");
     args.bytes("--firefox-bytes", s.firefox_bytes, "its buffer size (default 30 MiB)");
     args.number("--firefox-seconds", s.firefox_seconds, "how long it drops buffers (default 1)");
@@ -252,7 +255,7 @@ run_result run_once(strategy s, const scenario& sc, const settings& cfg, content
                     nanoseconds probe_window = {}) {
     auto batches = make_batches(sc);
     const auto ranges = ranges_of(batches);
-    auto engine = make_engine(s, cfg.budget());
+    auto engine = make_engine(s, cfg.budget(), cfg.drain_pause());
     // Room for steps down to 64 KiB: max_step cuts finer than 2 MiB when munmap runs slow.
     const std::size_t chunks = sc.pool_bytes / (std::size_t{64} << 10) + 2;
     call_log::reset(sc.pools * (chunks + 1) + 64);
@@ -591,10 +594,10 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
         out.push_back(target(std::string(off_thread) + " frame-thread ms per burst", number(at(off_thread), "frame_ms_per_run"), 0.1));
     if (!cfg.no_probe) {
         out.push_back(target("probe p99.9 queue / unmap-first", number(at("queue"), "probe_p999_us") / number(at("unmap-first"), "probe_p999_us"), 1.0));
-        for (const char* q : {"queue+worker", "queue+worker/nice", "queue+worker-unmap"})
+        for (const char* q : {"queue+worker", "queue+worker/nice", "queue+worker/pause", "queue+worker-unmap"})
             out.push_back(target(std::string("probe mmap max ") + q + " / thread-drop",
                                  number(at(q), "probe_mmap_max_us") / number(at("thread-drop"), "probe_mmap_max_us"), 1.0 / 3));
-        for (const char* q : {"queue+worker", "queue+worker/nice", "queue+worker/gap"})
+        for (const char* q : {"queue+worker", "queue+worker/nice", "queue+worker/pause"})
             out.push_back(target(std::string("same, net of run-queue wait, ") + q,
                                  number(at(q), "probe_mmap_net_max_us") / number(at("thread-drop"), "probe_mmap_net_max_us"), 1.0 / 3));
         out.push_back(target("probe p99.9 queue / queue/2MiB", number(at("queue"), "probe_p999_us") / number(at("queue/2MiB"), "probe_p999_us"), 1.0));
