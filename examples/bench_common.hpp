@@ -255,8 +255,12 @@ struct timed_os {
     static int close(int fd) noexcept {
         return timed(call_record::kind::close, nullptr, 0, [&] { return du::posix_os::close(fd); });
     }
-    /// The queue learns from the thread's CPU time and sleeps drain_pause, as it does on posix_os.
-    static std::chrono::nanoseconds thread_cpu_time() noexcept { return du::posix_os::thread_cpu_time(); }
+    /// The queue learns from the thread's CPU time and sleeps drain_pause, as it does on posix_os;
+    /// while cpu_clock_off is set the clock reads as failed, so the queue learns from wall time.
+    static std::chrono::nanoseconds thread_cpu_time() noexcept {
+        return cpu_clock_off.load(std::memory_order_relaxed) ? nanoseconds{-1} : du::posix_os::thread_cpu_time();
+    }
+    static inline std::atomic<bool> cpu_clock_off{false};
     static void pause(nanoseconds d) noexcept { du::posix_os::pause(d); }
 
 private:
@@ -312,6 +316,8 @@ inline std::vector<pool> make_pools(std::size_t count, std::size_t bytes) {
 /// The *_fixed_steps strategies are the queued modes under the step rule before max_step: every
 /// munmap step a fixed 2 MiB, however long that takes, so the two rules are measured side by side.
 /// queue_worker_low_priority is queue_worker with low_priority_closes (the worker at nice 10).
+/// queue_worker_wall_clock is queue_worker learning from wall time (timed_os::cpu_clock_off), as
+/// before the model learned from CPU time.
 /// queue_worker_pause is queue_worker with drain_pause: a drain sleeps between two munmap steps, so a
 /// thread woken when mmap_lock comes free takes it before the next step does.
 enum class strategy {
@@ -325,13 +331,14 @@ enum class strategy {
     queue_worker_fixed_steps,
     queue_worker_low_priority,
     queue_worker_pause,
+    queue_worker_wall_clock,
 };
 
 inline constexpr strategy all_strategies[] = {
     strategy::close_first,        strategy::unmap_first,       strategy::thread_drop,
     strategy::queue,              strategy::queue_worker,      strategy::queue_worker_unmap,
     strategy::queue_fixed_steps,  strategy::queue_worker_fixed_steps, strategy::queue_worker_low_priority,
-    strategy::queue_worker_pause,
+    strategy::queue_worker_pause, strategy::queue_worker_wall_clock,
 };
 
 inline const char* name(strategy s) {
@@ -346,6 +353,7 @@ inline const char* name(strategy s) {
         case strategy::queue_worker_fixed_steps: return "queue+worker/2MiB";
         case strategy::queue_worker_low_priority: return "queue+worker/nice";
         case strategy::queue_worker_pause: return "queue+worker/pause";
+        case strategy::queue_worker_wall_clock: return "queue+worker/wall";
     }
     return "?";
 }
@@ -434,7 +442,14 @@ private:
 class queue_engine final : public teardown_engine {
 public:
     using queue_type = du::basic_reclaim_queue<steady, timed_os>;
-    queue_engine(nanoseconds budget, du::reclaim_options options) : budget_(budget), queue_(std::move(options)) {}
+    queue_engine(nanoseconds budget, du::reclaim_options options, bool wall_clock = false)
+        : budget_(budget), queue_(std::move(options)) {
+        timed_os::cpu_clock_off.store(wall_clock, std::memory_order_relaxed);
+    }
+    ~queue_engine() override {
+        queue_.flush();  // the worker's last steps still see the clock this engine chose
+        timed_os::cpu_clock_off.store(false, std::memory_order_relaxed);
+    }
 
     void release(pool&& p) override { queue_.push(std::move(p)); }
     void frame() override { queue_.drain(budget_); }
@@ -451,26 +466,36 @@ inline du::reclaim_options fixed_steps(bool close_on_worker) {
     return {.unmap_chunk_bytes = std::size_t{2} << 20, .max_step = std::chrono::hours{1}, .close_on_worker = close_on_worker};
 }
 
-/// The sleep queue+worker/pause takes between two munmap steps of a drain.
-inline constexpr std::chrono::microseconds default_drain_pause{50};
+/// What the queued strategies are run with: the drain budget per frame, max_step (all but the 2MiB
+/// ones) and the sleep queue+worker/pause takes between two munmap steps of a drain.
+struct queue_settings {
+    nanoseconds budget{std::chrono::milliseconds{1}};
+    nanoseconds max_step = du::reclaim_options{}.max_step;
+    nanoseconds drain_pause{std::chrono::microseconds{50}};
+};
 
-inline std::unique_ptr<teardown_engine> make_engine(strategy s, nanoseconds budget, nanoseconds drain_pause = default_drain_pause) {
+inline std::unique_ptr<teardown_engine> make_engine(strategy s, const queue_settings& q) {
+    const auto queued = [&](bool close_on_worker) {
+        return du::reclaim_options{.max_step = q.max_step, .close_on_worker = close_on_worker};
+    };
+    du::reclaim_options options = queued(true);
     switch (s) {
         case strategy::close_first: return std::make_unique<immediate_engine>(true);
         case strategy::unmap_first: return std::make_unique<immediate_engine>(false);
         case strategy::thread_drop: return std::make_unique<thread_drop_engine>();
-        case strategy::queue: return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = false});
-        case strategy::queue_worker: return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = true});
+        case strategy::queue: return std::make_unique<queue_engine>(q.budget, queued(false));
+        case strategy::queue_worker: break;
         case strategy::queue_worker_unmap:
-            return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = false, .unmap_on_worker = true});
-        case strategy::queue_fixed_steps: return std::make_unique<queue_engine>(budget, fixed_steps(false));
-        case strategy::queue_worker_fixed_steps: return std::make_unique<queue_engine>(budget, fixed_steps(true));
-        case strategy::queue_worker_low_priority:
-            return std::make_unique<queue_engine>(budget, du::reclaim_options{.close_on_worker = true, .low_priority_closes = true});
-        case strategy::queue_worker_pause:
-            return std::make_unique<queue_engine>(budget, du::reclaim_options{.drain_pause = drain_pause, .close_on_worker = true});
+            options = queued(false);
+            options.unmap_on_worker = true;
+            break;
+        case strategy::queue_fixed_steps: return std::make_unique<queue_engine>(q.budget, fixed_steps(false));
+        case strategy::queue_worker_fixed_steps: return std::make_unique<queue_engine>(q.budget, fixed_steps(true));
+        case strategy::queue_worker_low_priority: options.low_priority_closes = true; break;
+        case strategy::queue_worker_pause: options.drain_pause = q.drain_pause; break;
+        case strategy::queue_worker_wall_clock: return std::make_unique<queue_engine>(q.budget, options, true);
     }
-    return nullptr;
+    return std::make_unique<queue_engine>(q.budget, options);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -564,12 +589,13 @@ struct call_times {
     /// how long it was preempted there holding mmap_lock (it includes sleeping while waiting for it).
     double max_unmap_off_cpu_us = 0;
     std::size_t unmap_calls = 0;
-    std::size_t unmap_calls_over_max_step = 0;  ///< munmaps that took longer than the default max_step in CPU time
+    std::size_t unmap_calls_over_max_step = 0;  ///< munmaps that took longer than max_step in CPU time
 };
 
-/// Groups the logged munmaps by pool (chunks of one pool add up) using each pool's mapped range.
-inline call_times collect_calls(std::span<const std::pair<const void*, std::size_t>> ranges) {
-    const nanoseconds default_max_step = du::reclaim_options{}.max_step;
+/// Groups the logged munmaps by pool (chunks of one pool add up) using each pool's mapped range;
+/// counts the munmaps whose CPU time ran past `max_step`.
+inline call_times collect_calls(std::span<const std::pair<const void*, std::size_t>> ranges,
+                                nanoseconds max_step = du::reclaim_options{}.max_step) {
     call_times out;
     std::vector<double> per_pool(ranges.size(), 0.0), cpu_per_pool(ranges.size(), 0.0);
     for (const auto& r : call_log::records()) {
@@ -584,7 +610,7 @@ inline call_times collect_calls(std::span<const std::pair<const void*, std::size
         out.unmap_steps_us.push_back(us);
         out.max_unmap_off_cpu_us = std::max(out.max_unmap_off_cpu_us, us - cpu_us);
         ++out.unmap_calls;
-        if (r.cpu > default_max_step) ++out.unmap_calls_over_max_step;
+        if (r.cpu > max_step) ++out.unmap_calls_over_max_step;
         const auto it = std::upper_bound(ranges.begin(), ranges.end(), r.addr,
                                          [](const void* a, const auto& range) { return std::less<>{}(a, range.first); });
         if (it == ranges.begin()) continue;

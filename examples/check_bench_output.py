@@ -12,7 +12,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 STRATEGIES = ["close-first", "unmap-first", "thread-drop", "queue", "queue+worker", "queue+worker-unmap",
-              "queue/2MiB", "queue+worker/2MiB", "queue+worker/nice", "queue+worker/pause"]
+              "queue/2MiB", "queue+worker/2MiB", "queue+worker/nice", "queue+worker/pause", "queue+worker/wall"]
 
 TEARDOWN_FIELDS = [
     "pool_bytes", "pools", "runs",

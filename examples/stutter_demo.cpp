@@ -28,7 +28,7 @@ struct settings {
     std::size_t pools = 52;
     std::size_t pool_bytes = default_pool_bytes;
     unsigned budget_us = 1000;
-    unsigned drain_pause_us = static_cast<unsigned>(default_drain_pause.count());
+    unsigned drain_pause_us = static_cast<unsigned>(std::chrono::duration_cast<std::chrono::microseconds>(queue_settings{}.drain_pause).count());
     unsigned work_us = 2000;
     std::size_t burst_frame = 20;
     std::size_t tail_frames = 20;
@@ -92,7 +92,7 @@ outcome run_strategy(strategy s, const settings& cfg) {
     std::vector<std::vector<pool>> dead;
     dead.push_back(make_pools(cfg.pools, cfg.pool_bytes));
     const auto ranges = ranges_of(dead);
-    auto engine = make_engine(s, microseconds{cfg.budget_us}, microseconds{cfg.drain_pause_us});
+    auto engine = make_engine(s, {.budget = microseconds{cfg.budget_us}, .drain_pause = microseconds{cfg.drain_pause_us}});
     call_log::reset(cfg.pools * (cfg.pool_bytes / (std::size_t{2} << 20) + 3) + 64);
     progress("%s: running frames", name(s));
     const auto setup_done = steady::now();

@@ -62,7 +62,8 @@ struct settings {
     std::size_t rounds = 3;
     unsigned hz = 60;
     unsigned budget_us = 1000;
-    unsigned drain_pause_us = static_cast<unsigned>(default_drain_pause.count());
+    unsigned max_step_us = static_cast<unsigned>(std::chrono::duration_cast<microseconds>(queue_settings{}.max_step).count());
+    unsigned drain_pause_us = static_cast<unsigned>(std::chrono::duration_cast<microseconds>(queue_settings{}.drain_pause).count());
     bool quick = false;
     bool firefox = false;
     std::size_t firefox_bytes = std::size_t{30} << 20;
@@ -72,7 +73,9 @@ struct settings {
 
     [[nodiscard]] nanoseconds interval() const { return nanoseconds{1'000'000'000 / hz}; }
     [[nodiscard]] nanoseconds budget() const { return microseconds{budget_us}; }
-    [[nodiscard]] nanoseconds drain_pause() const { return microseconds{drain_pause_us}; }
+    [[nodiscard]] queue_settings queue() const {
+        return {.budget = budget(), .max_step = microseconds{max_step_us}, .drain_pause = microseconds{drain_pause_us}};
+    }
 };
 
 settings parse(int argc, char** argv) {
@@ -87,6 +90,7 @@ settings parse(int argc, char** argv) {
     args.number("--rounds", rounds, "interleaved rounds per size (default 3)");
     args.number("--hz", s.hz, "frame rate of the drain loop (default 60)");
     args.number("--budget-us", s.budget_us, "drain budget per frame (default 1000)");
+    args.number("--max-step-us", s.max_step_us, "max_step of the queued strategies but the 2MiB ones (default 200)");
     args.number("--drain-pause-us", s.drain_pause_us, "queue+worker/pause: sleep between two munmap steps (default 50)");
     args.flag("--firefox-focus", s.firefox, "add the scenario of a client dropping a buffer every frame");
     args.bytes("--firefox-bytes", s.firefox_bytes, "its buffer size (default 30 MiB)");
@@ -104,8 +108,8 @@ settings parse(int argc, char** argv) {
     if (!sizes.empty()) s.sizes = sizes;
     if (burst > 0) s.burst_bytes = burst;
     if (rounds > 0) s.rounds = rounds;
-    if (s.hz == 0 || s.budget_us == 0) {
-        std::fprintf(stderr, "teardown_bench: --hz and --budget-us must be positive\n");
+    if (s.hz == 0 || s.budget_us == 0 || s.max_step_us == 0) {
+        std::fprintf(stderr, "teardown_bench: --hz, --budget-us and --max-step-us must be positive\n");
         std::exit(2);
     }
     return s;
@@ -255,7 +259,7 @@ run_result run_once(strategy s, const scenario& sc, const settings& cfg, content
                     nanoseconds probe_window = {}) {
     auto batches = make_batches(sc);
     const auto ranges = ranges_of(batches);
-    auto engine = make_engine(s, cfg.budget(), cfg.drain_pause());
+    auto engine = make_engine(s, cfg.queue());
     // Room for steps down to 64 KiB: max_step cuts finer than 2 MiB when munmap runs slow.
     const std::size_t chunks = sc.pool_bytes / (std::size_t{64} << 10) + 2;
     call_log::reset(sc.pools * (chunks + 1) + 64);
@@ -270,7 +274,7 @@ run_result run_once(strategy s, const scenario& sc, const settings& cfg, content
         std::this_thread::sleep_until(start + probe_window);
         probe->end();
     }
-    r.calls = collect_calls(ranges);
+    r.calls = collect_calls(ranges, cfg.queue().max_step);
     r.queue = engine->queue_stats();
     return r;
 }
@@ -343,8 +347,8 @@ row key_fields(const scenario& sc, const std::string& strategy_name, std::size_t
 }
 
 // How well the model sized the munmap steps: its error per step (the queue's own figure), and the
-// munmaps that ran past the default max_step, 200 us, counted from the call log for every strategy
-// alike (the 2 MiB strategies run with max_step out of the way). Both in thread CPU time.
+// munmaps that ran past --max-step-us (200 us by default), counted from the call log for every
+// strategy alike (the 2 MiB strategies run with max_step out of the way). Both in thread CPU time.
 void add_prediction(row& r, const totals& t) {
     const auto& error = t.prediction_error;
     const bool predicted = error.count() > 0;
@@ -619,7 +623,8 @@ std::vector<row> queued(const std::vector<row>& rows) {
     return out;
 }
 
-void print_results(const std::vector<row>& rows, const row& overhead, const std::vector<row>& goals, bool probe) {
+void print_results(const std::vector<row>& rows, const row& overhead, const std::vector<row>& goals, const settings& cfg) {
+    const bool probe = !cfg.no_probe;
     std::printf("\nteardown (us per pool, wall time unless marked cpu; munmap summed over a pool's chunks; step = one munmap call):\n");
     const auto teardown_rows = having(rows, "munmap_p50_us");
     print_table(stdout, teardown_rows, {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"pools", "pools"}, {"strategy", "strategy"},
@@ -633,12 +638,13 @@ void print_results(const std::vector<row>& rows, const row& overhead, const std:
                                {"frame_ms_per_run", "total/run"}, {"frame_p99_ms", "p99/frame"}, {"frame_max_ms", "worst"},
                                {"frame_calm_p99_ms", "calm p99"}, {"frame_calm_max_ms", "calm worst"}, {"frames_preempted", "preempted"},
                                {"work_ms_per_run", "work/run"}, {"frames_to_return", "frames back"}, {"frames_bound", "bound"}});
-    std::printf("\nstep sizing (queued strategies, max_step 200 us): munmap steps in wall time (us); the model's error "
-                "per step and the steps past max_step in thread CPU time (error quantiles are histogram bounds):\n");
+    std::printf("\nstep sizing (queued strategies, max_step %u us): munmap steps in wall time (us); the model's error "
+                "per step and the steps past max_step in thread CPU time (error quantiles are histogram bounds):\n",
+                cfg.max_step_us);
     print_table(stdout, queued(teardown_rows), {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"strategy", "strategy"},
                                {"step_p50_us", "step p50"}, {"step_p99_us", "p99"}, {"steps_per_pool", "steps/pool"},
                                {"prediction_error_p50_us", "|error| p50"}, {"prediction_error_p99_us", "p99"},
-                               {"steps_over_max_step_pct", "% over 200 us"}});
+                               {"steps_over_max_step_pct", "% over max_step"}});
     if (probe) {
         std::printf("\ncontention probe: mmap+touch+munmap latency (us) during each strategy:\n");
         print_table(stdout, having(rows, "probe_p50_us"), {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"strategy", "strategy"},
@@ -661,7 +667,8 @@ int main(int argc, char** argv) {
     const settings cfg = parse(argc, argv);
     const row machine = machine_info();
     print_machine(machine);
-    std::printf("budget %u us per frame at %u Hz; %zu rounds; bursts of %.0f MiB\n", cfg.budget_us, cfg.hz, cfg.rounds,
+    std::printf("budget %u us per frame at %u Hz; max_step %u us; drain_pause (queue+worker/pause) %u us; %zu rounds; "
+                "bursts of %.0f MiB\n", cfg.budget_us, cfg.hz, cfg.max_step_us, cfg.drain_pause_us, cfg.rounds,
                 static_cast<double>(cfg.burst_bytes) / (1 << 20));
     const row overhead = measure_overhead();
     std::unique_ptr<contention_probe> probe;
@@ -673,7 +680,7 @@ int main(int argc, char** argv) {
     }
     probe.reset();
     const auto goals = targets(rows, overhead, cfg);
-    print_results(rows, overhead, goals, !cfg.no_probe);
+    print_results(rows, overhead, goals, cfg);
     if (!cfg.csv.empty()) write_csv(cfg.csv, rows);
     if (!cfg.json.empty()) write_json(cfg.json, machine, {{"rows", rows}, {"overhead", {overhead}}, {"targets", goals}});
     if (call_log::overflowed()) std::fprintf(stderr, "teardown_bench: call log overflowed; figures incomplete\n");
