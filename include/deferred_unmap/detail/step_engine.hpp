@@ -152,7 +152,7 @@ private:
             }
             const bool forced = limits.first_step_free && report.steps == 0;
             const std::chrono::nanoseconds pause = after_unmap && unmapping() ? limits.unmap_pause : std::chrono::nanoseconds{0};
-            if (!forced && saturating_add<Clock>(now, pause + predict_next()) > limits.deadline) break;
+            if (!forced && saturating_add<Clock>(saturating_add<Clock>(now, pause), predict_next()) > limits.deadline) break;
             if (pause > std::chrono::nanoseconds::zero() && !paused(pause, now, limits.deadline)) break;
             after_unmap = unmapping();
             now = timed_step(now, report, limits.site);
