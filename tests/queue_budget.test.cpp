@@ -2,6 +2,10 @@
 
 #include "test_support.hpp"
 
+#include <atomic>
+#include <future>
+#include <thread>
+
 using namespace du_test;
 using namespace std::chrono_literals;
 
@@ -325,4 +329,90 @@ TEST_CASE("stats: every munmap step is booked once and no close is, inline and o
         CHECK(dt::script().count(call_kind::unmap) == 3);
         CHECK(q.stats().unmap_prediction_error.count() == 3);
     }
+}
+
+TEST_CASE("testing: cpu_clock is per thread, and reset() zeroes every thread's") {
+    dt::reset();
+    dt::cpu_clock::advance(3ms);
+    std::promise<void> advanced;
+    std::promise<void> was_reset;
+    auto other_advanced = advanced.get_future();
+    std::thread other([&advanced, after = was_reset.get_future()] {
+        CHECK(dt::cpu_clock::now() == 0ns);  // the test thread's 3 ms are not its own
+        dt::cpu_clock::advance(1ms);
+        CHECK(dt::cpu_clock::now() == 1ms);
+        advanced.set_value();
+        after.wait();
+        CHECK(dt::cpu_clock::now() == 0ns);  // it ran across reset(), which zeroes it all the same
+    });
+    other_advanced.wait();
+    CHECK(dt::cpu_clock::now() == 3ms);  // nor is the other thread's millisecond the test thread's
+    dt::reset();
+    was_reset.set_value();
+    other.join();
+    CHECK(dt::cpu_clock::now() == 0ns);
+}
+
+namespace {
+
+struct munmap_gate {
+    std::promise<void> entered;
+    std::future<void> resume;
+};
+
+// scripted_os, but the first munmap after a gate is armed waits there once the script has charged it:
+// the queue's step is still inside the call (its CPU clock read before it, not yet after) while the
+// test's thread makes calls of its own. Held here, not in os_script::cost, which runs under the
+// script's lock and would hold up every other thread's scripted call too.
+struct gated_os : dt::scripted_os {
+    static inline std::atomic<munmap_gate*> gate{nullptr};
+
+    static int unmap(void* addr, std::size_t length) noexcept {
+        const int result = dt::scripted_os::unmap(addr, length);
+        if (munmap_gate* const held = gate.exchange(nullptr)) {
+            held->entered.set_value();
+            held->resume.wait();
+        }
+        return result;
+    }
+};
+
+du::basic_shm_region<gated_os> gated_region(std::size_t bytes) {
+    const int fd = dt::script().open_fd(bytes);
+    std::error_code ec;
+    auto map = du::basic_mapping<gated_os>::map(fd, bytes, PROT_READ, MAP_SHARED, 0, ec);
+    return {du::basic_unique_fd<gated_os>{fd}, std::move(map)};
+}
+
+}  // namespace
+
+TEST_CASE("queue: the unmapping worker learns from its own CPU time, not the draining thread's") {
+    auto& os = scripted_costs();
+    std::promise<void> resume;
+    munmap_gate gate{{}, resume.get_future()};
+    auto entered = gate.entered.get_future();
+    gated_os::gate.store(&gate);
+    du::basic_reclaim_queue<dt::manual_clock, gated_os> q{
+        two_mib_steps({.unmap_on_worker = true, .worker_pause = 0ns, .prior = exact_model()})};
+    q.push(gated_region(4 * mib));  // two 2 MiB munmap steps and a close, all on the worker
+    q.drain(1ms);
+    const bool worker_inside = entered.wait_for(10s) == std::future_status::ready;
+    // While the worker is inside its first munmap, the draining thread closes a 32 MiB memfd of its
+    // own: ~4.8 ms of its CPU time.
+    dt::scripted_fd own_pool{os.open_fd(32 * mib)};
+    own_pool.reset();
+    resume.set_value();  // before any REQUIRE: a worker held at the gate would hang the queue's flush
+    REQUIRE(worker_inside);
+    REQUIRE(q.wait_for_worker(10s));
+    CHECK(os.count(call_kind::unmap) == 2);
+    CHECK(os.count(call_kind::close) == 2);
+    // Every step cost exactly what the prior predicts, so the model is unchanged, bit for bit.
+    const auto model = q.model();
+    CHECK(model.unmap_ns_per_byte == exact_model().unmap_ns_per_byte);
+    CHECK(model.close_ns_per_byte == exact_model().close_ns_per_byte);
+    CHECK(model.call_overhead == exact_model().call_overhead);
+    const auto stats = q.stats();
+    CHECK(stats.unmap_prediction_error.count() == 2);
+    CHECK(stats.unmap_prediction_error.max() == 0ns);
+    CHECK(stats.unmap_steps_over_max_step == 0);
 }

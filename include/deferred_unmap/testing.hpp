@@ -4,7 +4,9 @@
 // number first, as the kernel does, so reuse is exercised) and fake page-aligned ranges, records every
 // call, advances manual_clock by a scripted cost per call (a pause by what it asked to sleep), and
 // fails the calls a test chooses. It also notices misuse: closing a descriptor that is not open,
-// unmapping bytes that are not mapped.
+// unmapping bytes that are not mapped. A call's cost also advances the calling thread's cpu_clock,
+// per thread as CLOCK_THREAD_CPUTIME_ID is, so a queue's worker and its draining thread each learn
+// from their own calls only, however their calls interleave.
 //
 //   auto& os = deferred_unmap::testing::reset();                 // fresh clock and script
 //   os.close_ns_per_byte = 0.1;                                   // a 20 MiB close costs ~2 ms
@@ -54,17 +56,36 @@ private:
     }
 };
 
-/// The CPU time scripted_os reports for the calling thread: advanced only by scripted costs, so it
-/// differs from manual_clock by the scripted preemption (and by what a test advances by hand).
-/// Process-global, like manual_clock: the scripted calls of every thread add to it.
+/// The CPU time scripted_os reports for the calling thread: the scripted costs of that thread's calls
+/// (and what a test advances by hand on it), so it differs from manual_clock by the scripted
+/// preemption and by other threads' calls. Per thread, as CLOCK_THREAD_CPUTIME_ID is: a queue learns
+/// from two reads taken on the thread that ran a step, and a shared counter would charge that step
+/// with whatever other threads' calls cost meanwhile, so the model would depend on how the worker's
+/// and the draining thread's calls interleave. reset() zeroes every thread's clock, threads that keep
+/// running across it included.
 struct cpu_clock {
-    static std::chrono::nanoseconds now() noexcept { return std::chrono::nanoseconds{ticks().load(std::memory_order_relaxed)}; }
-    static void advance(std::chrono::nanoseconds d) noexcept { ticks().fetch_add(d.count(), std::memory_order_relaxed); }
-    static void reset() noexcept { ticks().store(0, std::memory_order_relaxed); }
+    static std::chrono::nanoseconds now() noexcept { return std::chrono::nanoseconds{mine().ticks}; }
+    static void advance(std::chrono::nanoseconds d) noexcept { mine().ticks += d.count(); }
+    static void reset() noexcept { generation().fetch_add(1, std::memory_order_relaxed); }
 
 private:
-    static std::atomic<std::int64_t>& ticks() noexcept {
-        static std::atomic<std::int64_t> value{0};
+    struct thread_ticks {
+        std::uint64_t generation = 0;
+        std::int64_t ticks = 0;
+    };
+
+    // reset() cannot reach other threads' thread_locals, so each thread drops its ticks when it sees
+    // that a reset came after it last looked. Relaxed suffices: a thread that is ordered after a
+    // reset() (by a join, a lock, the start of a thread) reads that generation or a later one.
+    static thread_ticks& mine() noexcept {
+        thread_local thread_ticks state;
+        const std::uint64_t current = generation().load(std::memory_order_relaxed);
+        if (state.generation != current) state = {current, 0};
+        return state;
+    }
+
+    static std::atomic<std::uint64_t>& generation() noexcept {
+        static std::atomic<std::uint64_t> value{0};
         return value;
     }
 };
@@ -84,15 +105,16 @@ struct os_call {
 /// The state behind scripted_os. Costs and failures are plain fields a test sets before running.
 class os_script {
 public:
-    /// Scripted cost per call, applied to manual_clock: overhead + rate * bytes. For close, the bytes
-    /// are those given to open_fd().
+    /// Scripted cost per call, applied to manual_clock and to the calling thread's cpu_clock:
+    /// overhead + rate * bytes. For close, the bytes are those given to open_fd().
     std::chrono::nanoseconds call_overhead{0};
     double unmap_ns_per_byte = 0.0;
     double close_ns_per_byte = 0.0;
     /// Replaces the linear cost when set.
     std::function<std::chrono::nanoseconds(const os_call&)> cost;
     /// Wall time each call takes on top of its cost without using CPU time, as if the thread were
-    /// preempted inside it: manual_clock advances by cost + preempt, cpu_clock by the cost alone.
+    /// preempted inside it: manual_clock advances by cost + preempt, the caller's cpu_clock by the
+    /// cost alone.
     std::chrono::nanoseconds preempt{0};
     /// Returns an errno to make the call fail, 0 to let it succeed. A failed unmap changes nothing; a
     /// failed close still releases the descriptor (Linux semantics), except for EBADF on a closed one.
