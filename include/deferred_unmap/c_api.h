@@ -83,7 +83,8 @@ typedef struct du_queue_options {
     du_error_fn on_error;       /* NULL: errors are only counted */
     void *on_error_data;
     int64_t max_step_ns;        /* longest a munmap step is predicted to hold mmap_lock; must be > 0 */
-    int64_t drain_pause_ns;     /* sleep a drain takes between two munmap steps, from its budget; >= 0 */
+    int64_t drain_pause_ns;     /* sleep a drain takes between two munmap steps, from its budget; >= 0;
+                                   not used with unmap_on_worker (worker_pause_ns is) */
 } du_queue_options;
 
 /* Totals since the queue was made, and the last burst (from a push into an empty queue until it was
@@ -136,7 +137,7 @@ int du_queue_push_fd(du_queue *q, int fd) DU_NOEXCEPT;
 
 /* Runs steps while each predicted step fits what is left of `budget_ns` (the first always runs); never
  * allocates (except to hand a close to a full worker ring with close_on_worker), blocks about budget_ns
- * plus one step; with unmap_on_worker only wakes the worker.
+ * plus one step (or one late wake-up from drain_pause_ns); with unmap_on_worker only wakes the worker.
  * budget_ns <= 0: does nothing but report the counts; NULL q: an all-zero report. */
 du_drain_report du_queue_drain(du_queue *q, int64_t budget_ns) DU_NOEXCEPT;
 

@@ -31,12 +31,6 @@ struct reclaim_options {
     /// and min(unmap_chunk_bytes, what is left), so a slow machine cuts its steps finer. 200 us is
     /// what one munmap of a whole 19.8 MiB pool took on the original report's desktop. Must be > 0.
     std::chrono::nanoseconds max_step = std::chrono::microseconds{200};
-    /// Sleep a drain or drain_until takes between two munmap steps, counted against its budget, so an
-    /// mmap() or page fault of another thread that waited for the first step gets mmap_lock before the
-    /// second: the kernel wakes a waiter when the lock is released, but a thread that asks for it
-    /// again at once takes it first, for up to ~4 ms of back-to-back steps. Zero: steps run back to
-    /// back. Not taken by flush or a push over the cap. Must be >= 0. Needs an Os with pause().
-    std::chrono::nanoseconds drain_pause = std::chrono::nanoseconds::zero();
     /// Hard cap on mapped bytes waiting; a push beyond it reclaims the oldest at once until it fits.
     std::size_t max_pending_bytes = std::numeric_limits<std::size_t>::max();
     /// How long work may wait without a drain; see next_deadline(). A negative value counts as zero.
@@ -64,6 +58,16 @@ struct reclaim_options {
     /// Called for each failed munmap/close, on the thread that made the call (possibly two at once).
     /// Must be thread-safe; must not throw into the queue or call back into it.
     std::function<void(const reclaim_error&)> on_error{};
+    /// Sleep a drain or drain_until takes between two munmap steps, from its budget, so a thread that
+    /// waited for mmap_lock (an mmap, munmap or mprotect, or a page fault the per-VMA locks do not
+    /// serve) gets it before the next step: the kernel wakes a waiter when the lock is released, but
+    /// a running thread that asks again at once takes it first, until the rwsem hands off (after ~4 ms
+    /// at HZ=250), so without a pause a waiter may wait for the whole drain. A sleep runs longer than
+    /// asked (timer slack, wake-up): the drain budgets what its sleeps have taken. The step lock is
+    /// held through it, so a flush or another drain waits for it too. Zero (the default): steps run
+    /// back to back. Not taken by flush, by a push over the cap, or with unmap_on_worker (the worker
+    /// has worker_pause). Must be >= 0. Needs an Os with pause().
+    std::chrono::nanoseconds drain_pause = std::chrono::nanoseconds::zero();
 };
 
 /// Empty when a queue accepts `options`; std::errc::invalid_argument when the prior is not valid()

@@ -6,8 +6,9 @@
 // model learned online predicts. Without drain_pause the steps of one drain run back to back, so
 // another thread's mmap may wait for the whole drain, not one step. drain(budget) starts a step only
 // if it fits what is left of the budget, except the first, so every call makes progress and
-// overshoots by at most one step; drain_until(deadline) never starts a step predicted to end after
-// the deadline.
+// overshoots by at most one step (with drain_pause, or by one sleep that outlasts what the queue
+// learned sleeps take); drain_until(deadline) never starts a step predicted to end after the
+// deadline.
 // Neither waits longer than its budget for steps another thread is running: it returns with
 // report.busy set. Errors never throw and never lose an item: they are counted and passed to on_error.
 //
@@ -30,8 +31,9 @@
 //
 // Threads: push, pending_bytes, pending_items, empty, next_deadline, stats, model and the worker calls
 // may be called from any thread and never wait for a step. drain, drain_until and flush may be called
-// from any thread; they run one at a time (a drain waits at most its budget for the others). A push
-// that exceeds max_pending_bytes waits for running steps, then reclaims on the pushing thread. on_error
+// from any thread; they run one at a time (a drain waits at most its budget for the others; a drain's
+// drain_pause sleeps count as its steps' time). A push that exceeds max_pending_bytes waits for
+// running steps, then reclaims on the pushing thread. on_error
 // runs on whichever thread made the failing call, possibly two at once: it must be thread-safe and must
 // not call back into the queue.
 #pragma once
@@ -107,9 +109,10 @@ public:
     void push(unique_fd_type&& fd, std::size_t bytes_hint = 0) noexcept { enqueue({nullptr, 0, 0, fd.release(), bytes_hint}); }
 
     /// Runs steps, oldest item first, while each predicted step fits what is left of `budget`; the first
-    /// step always runs. drain(0) does nothing. Blocks for about `budget` plus one step, never longer
-    /// waiting for another thread's steps (then report.busy). Never throws, never allocates (except to
-    /// hand a close to a full worker ring). With unmap_on_worker it only hands the work over.
+    /// step always runs. drain(0) does nothing. Blocks for about `budget` plus one step (or one late
+    /// wake-up from drain_pause), never longer waiting for another thread's steps (then report.busy).
+    /// Never throws, never allocates (except to hand a close to a full worker ring). With
+    /// unmap_on_worker it only hands the work over.
     drain_report drain(std::chrono::nanoseconds budget) noexcept {
         const time_point start = Clock::now();
         if (budget <= std::chrono::nanoseconds::zero()) return finish(drain_report{});

@@ -116,6 +116,8 @@ public:
     /// preempted inside it: manual_clock advances by cost + preempt, the caller's cpu_clock by the
     /// cost alone.
     std::chrono::nanoseconds preempt{0};
+    /// Wall time each pause takes on top of what it asked, as timer slack and wake-up add.
+    std::chrono::nanoseconds pause_overshoot{0};
     /// Returns an errno to make the call fail, 0 to let it succeed. A failed unmap changes nothing; a
     /// failed close still releases the descriptor (Linux semantics), except for EBADF on a closed one.
     std::function<int(const os_call&)> fail;
@@ -171,6 +173,7 @@ public:
         unmap_ns_per_byte = close_ns_per_byte = 0.0;
         cost = nullptr;
         preempt = std::chrono::nanoseconds{0};
+        pause_overshoot = std::chrono::nanoseconds{0};
         fail = nullptr;
         calls_.clear();
         open_.clear();
@@ -218,12 +221,13 @@ public:
         return call.result;
     }
 
-    /// A sleep: manual_clock advances by `d`, cpu_clock not at all. Scripted costs do not apply.
+    /// A sleep: manual_clock advances by `d` + pause_overshoot, cpu_clock not at all. Scripted costs
+    /// do not apply.
     void do_pause(std::chrono::nanoseconds d) noexcept {
         std::lock_guard lock(mutex_);
         os_call call{os_call::kind::pause, nullptr, 0, -1, 0, std::this_thread::get_id(), d};
         calls_.push_back(call);
-        manual_clock::advance(d);
+        manual_clock::advance(d + pause_overshoot);
     }
 
 private:

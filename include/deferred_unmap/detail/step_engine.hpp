@@ -93,7 +93,7 @@ public:
     using hand_off_fn = std::function<bool(int fd, std::size_t bytes)>;
 
     step_engine(backlog<Clock>& books, const reclaim_options& options, std::size_t chunk_bytes) noexcept
-        : books_(books), options_(options), chunk_bytes_(chunk_bytes), model_(options.prior) {}
+        : books_(books), options_(options), chunk_bytes_(chunk_bytes), model_(options.prior), expected_pause_(options.drain_pause) {}
 
     /// Runs steps under `limits`, waiting for the step lock at most until limits.deadline. Returns
     /// false, having run nothing, when another thread held the lock all that time.
@@ -151,23 +151,34 @@ private:
                 continue;
             }
             const bool forced = limits.first_step_free && report.steps == 0;
-            const std::chrono::nanoseconds pause = after_unmap && unmapping() ? limits.unmap_pause : std::chrono::nanoseconds{0};
-            if (!forced && saturating_add<Clock>(saturating_add<Clock>(now, pause), predict_next()) > limits.deadline) break;
-            if (pause > std::chrono::nanoseconds::zero() && !paused(pause, now, limits.deadline)) break;
+            const bool pausing = after_unmap && unmapping() && limits.unmap_pause > std::chrono::nanoseconds::zero();
+            const std::chrono::nanoseconds room = pausing ? expected_pause_ : std::chrono::nanoseconds{0};
+            if (!forced && saturating_add<Clock>(saturating_add<Clock>(now, room), predict_next()) > limits.deadline) break;
+            if (pausing && !paused(limits.unmap_pause, now, limits.deadline)) break;
             after_unmap = unmapping();
             now = timed_step(now, report, limits.site);
         }
     }
 
-    // Sleeps `pause` (where the Os can) so a thread waiting for mmap_lock gets it between two steps;
-    // false when the sleep ran long enough that the next step no longer fits before `deadline`.
+    // Sleeps `pause` so a thread waiting for mmap_lock gets it between two steps, and learns how long
+    // such a sleep really takes; false when it ran so long that the next step no longer fits.
     bool paused(std::chrono::nanoseconds pause, time_point& now, time_point deadline) DU_REQUIRES(mutex_) {
-        if constexpr (has_pause<Os>) {
+        if constexpr (has_pause<Os>) {  // only reached with a pause to take, hence an Os that can
+            const time_point before = now;
             Os::pause(pause);
             now = Clock::now();
             cpu_mark_ = cpu_now();
+            learn_pause(pause, elapsed<Clock>(before, now));
         }
         return saturating_add<Clock>(now, predict_next()) <= deadline;
+    }
+
+    // A quarter of the way to what the sleep took, at most twice the current estimate (one long
+    // wake-up must not stop the pauses), never below what was asked (a signal cut it short).
+    void learn_pause(std::chrono::nanoseconds asked, std::chrono::nanoseconds took) DU_REQUIRES(mutex_) {
+        constexpr auto longest = std::chrono::nanoseconds::max();
+        const std::chrono::nanoseconds seen = std::min(took, expected_pause_ > longest / 2 ? longest : 2 * expected_pause_);
+        expected_pause_ = std::max(asked, expected_pause_ + (seen - expected_pause_) / 4);
     }
 
     // Makes the oldest unfinished item current; false when there is none.
@@ -269,6 +280,8 @@ private:
     /// The thread CPU clock where the next step starts: read once per step, since on Linux each read
     /// is a system call (~0.6 us on a VM), like `now` for the wall clock.
     std::chrono::nanoseconds cpu_mark_ DU_GUARDED_BY(mutex_){-1};
+    /// What one drain_pause sleep is expected to take, learned: the timer slack and wake-up on top.
+    std::chrono::nanoseconds expected_pause_ DU_GUARDED_BY(mutex_);
 };
 
 }  // namespace deferred_unmap::detail
