@@ -9,7 +9,7 @@
 //   bench::arg_parser args{"my_tool", "what it does"};
 //   args.number("--pools", pools, "pools per burst");
 //   args.parse(argc, argv);
-//   auto engine = bench::make_engine(bench::strategy::queue_worker, 1ms);
+//   auto engine = bench::make_engine(bench::strategy::queue_worker, {.budget = 1ms});
 //   auto frames = bench::run_frames(*engine, plan, {.interval = 16667us});
 #pragma once
 
@@ -256,11 +256,12 @@ struct timed_os {
         return timed(call_record::kind::close, nullptr, 0, [&] { return du::posix_os::close(fd); });
     }
     /// The queue learns from the thread's CPU time and sleeps drain_pause, as it does on posix_os;
-    /// while cpu_clock_off is set the clock reads as failed, so the queue learns from wall time.
+    /// while a wall-clock engine lives the clock reads as failed, so the queue learns from wall time.
     static std::chrono::nanoseconds thread_cpu_time() noexcept {
-        return cpu_clock_off.load(std::memory_order_relaxed) ? nanoseconds{-1} : du::posix_os::thread_cpu_time();
+        return wall_clock_engines.load(std::memory_order_relaxed) > 0 ? nanoseconds{-1} : du::posix_os::thread_cpu_time();
     }
-    static inline std::atomic<bool> cpu_clock_off{false};
+    /// Counted, not a flag: building the next engine before the last one is gone keeps the right clock.
+    static inline std::atomic<int> wall_clock_engines{0};
     static void pause(nanoseconds d) noexcept { du::posix_os::pause(d); }
 
 private:
@@ -443,12 +444,12 @@ class queue_engine final : public teardown_engine {
 public:
     using queue_type = du::basic_reclaim_queue<steady, timed_os>;
     queue_engine(nanoseconds budget, du::reclaim_options options, bool wall_clock = false)
-        : budget_(budget), queue_(std::move(options)) {
-        timed_os::cpu_clock_off.store(wall_clock, std::memory_order_relaxed);
+        : budget_(budget), wall_clock_(wall_clock), queue_(std::move(options)) {
+        if (wall_clock_) timed_os::wall_clock_engines.fetch_add(1, std::memory_order_relaxed);
     }
     ~queue_engine() override {
         queue_.flush();  // the worker's last steps still see the clock this engine chose
-        timed_os::cpu_clock_off.store(false, std::memory_order_relaxed);
+        if (wall_clock_) timed_os::wall_clock_engines.fetch_sub(1, std::memory_order_relaxed);
     }
 
     void release(pool&& p) override { queue_.push(std::move(p)); }
@@ -459,6 +460,7 @@ public:
 
 private:
     nanoseconds budget_;
+    bool wall_clock_;
     queue_type queue_;
 };
 
