@@ -6,9 +6,9 @@
 // model learned online predicts. Without drain_pause the steps of one drain run back to back, so
 // another thread's mmap may wait for the whole drain, not one step. drain(budget) starts a step only
 // if it fits what is left of the budget, except the first, so every call makes progress and
-// overshoots by at most one step (with drain_pause, or by one sleep that outlasts what the queue
-// learned sleeps take); drain_until(deadline) never starts a step predicted to end after the
-// deadline.
+// overshoots by at most one step (with drain_pause, or by how much one sleep outlasts what the queue
+// has learned its sleeps take); drain_until(deadline) never starts a step predicted to end after
+// the deadline.
 // Neither waits longer than its budget for steps another thread is running: it returns with
 // report.busy set. Errors never throw and never lose an item: they are counted and passed to on_error.
 //
@@ -33,9 +33,8 @@
 // may be called from any thread and never wait for a step. drain, drain_until and flush may be called
 // from any thread; they run one at a time (a drain waits at most its budget for the others; a drain's
 // drain_pause sleeps count as its steps' time). A push that exceeds max_pending_bytes waits for
-// running steps, then reclaims on the pushing thread. on_error
-// runs on whichever thread made the failing call, possibly two at once: it must be thread-safe and must
-// not call back into the queue.
+// running steps, then reclaims on the pushing thread. on_error runs on whichever thread made the
+// failing call, possibly two at once: it must be thread-safe and must not call back into the queue.
 #pragma once
 
 #include <algorithm>
