@@ -202,7 +202,7 @@ TEST_CASE("drain_pause: the sleep is not booked as part of a step, nor learned a
     du::cost_model model;
     model.unmap_ns_per_byte = rate;
     model.call_overhead = 1us;
-    const auto costs = [rate]() -> dt::os_script& {
+    const auto costs = []() -> dt::os_script& {
         auto& os = dt::reset();
         os.call_overhead = 1us;
         os.unmap_ns_per_byte = rate;
