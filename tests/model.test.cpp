@@ -1,5 +1,6 @@
 // Randomized model test: a million random pushes, drains, flushes, clock moves, injected faults and
-// fresh queues with random options, each checked against the reference in fuzz/queue_harness.hpp.
+// fresh queues with random options (drain_pause among them), each checked against the reference in
+// fuzz/queue_harness.hpp.
 //
 // DU_MODEL_SEED=<n> replays a run (the seed is printed when a run fails); DU_MODEL_OPS=<n> sets its
 // length. Runs in worker modes are checked exactly for order and accounting, but the interleaving of
@@ -38,11 +39,14 @@ TEST_CASE("model: every operation of a long random run matches the reference mod
     CHECK_MESSAGE(passed, "DU_MODEL_SEED=", seed, " operation ", done, ": ", run.failure());
     const auto c = run.counts();
     std::printf("model: seed %llu, %llu operations, %llu queues, %llu items, %llu calls checked, "
-                "%llu munmap faults, %llu close faults, %llu errors reported\n",
+                "%llu munmap faults, %llu close faults, %llu errors reported; drain_pause: %llu queues, %llu pauses checked "
+                "(%llu cut short by the check after the sleep), %llu drain_until\n",
                 static_cast<unsigned long long>(seed), static_cast<unsigned long long>(c.operations),
                 static_cast<unsigned long long>(c.queues), static_cast<unsigned long long>(c.items),
                 static_cast<unsigned long long>(c.calls_checked), static_cast<unsigned long long>(c.unmap_faults),
-                static_cast<unsigned long long>(c.close_faults), static_cast<unsigned long long>(c.errors_reported));
+                static_cast<unsigned long long>(c.close_faults), static_cast<unsigned long long>(c.errors_reported),
+                static_cast<unsigned long long>(c.paused_queues), static_cast<unsigned long long>(c.pauses_checked),
+                static_cast<unsigned long long>(c.pauses_cut), static_cast<unsigned long long>(c.drains_until));
 }
 
 // Found by the model test, kept as plain regressions.

@@ -118,6 +118,9 @@ public:
     std::chrono::nanoseconds preempt{0};
     /// Wall time each pause takes on top of what it asked, as timer slack and wake-up add.
     std::chrono::nanoseconds pause_overshoot{0};
+    /// Called with each pause as it is recorded, under the script's lock, as `cost` is for the other
+    /// calls: so a test that logs calls from `cost` sees the pauses in order with them.
+    std::function<void(const os_call&)> on_pause;
     /// Returns an errno to make the call fail, 0 to let it succeed. A failed unmap changes nothing; a
     /// failed close still releases the descriptor (Linux semantics), except for EBADF on a closed one.
     std::function<int(const os_call&)> fail;
@@ -174,6 +177,7 @@ public:
         cost = nullptr;
         preempt = std::chrono::nanoseconds{0};
         pause_overshoot = std::chrono::nanoseconds{0};
+        on_pause = nullptr;
         fail = nullptr;
         calls_.clear();
         open_.clear();
@@ -227,6 +231,7 @@ public:
         std::lock_guard lock(mutex_);
         os_call call{os_call::kind::pause, nullptr, 0, -1, 0, std::this_thread::get_id(), d};
         calls_.push_back(call);
+        if (on_pause) on_pause(call);
         manual_clock::advance(d + pause_overshoot);
     }
 

@@ -11,6 +11,14 @@
 // items, the model, stats() and next_deadline(), and the script's open descriptors, mapped bytes and
 // misuse counter (a double close or double unmap).
 //
+// drain_pause: most queues have none; the others sleep 1 ns, up to 300 us, 1 s (longer than any finite
+// budget drawn) or nanoseconds::max() (never fits), with a scripted overshoot that may change before
+// each drain. The pauses (logged through os_script::on_pause) are matched like the calls: each must be
+// the one the reference expects, between two munmap steps of the draining thread within one drain or
+// drain_until, never first, last, next to a close, in a flush, a push over the cap, the destructor or
+// with unmap_on_worker, asking exactly drain_pause. The reference budgets each pause at its own learned
+// expectation, as drain does, and replays the check made after the sleep.
+//
 // Worker modes: calls made off the main thread cost nothing on the manual clock, so drain's timing
 // stays exact; what the worker does concurrently is checked for order and counted, and compared
 // exactly once the queue is flushed or destroyed.
@@ -53,32 +61,48 @@ using ns = std::chrono::nanoseconds;
 inline constexpr std::array<int, 3> unmap_errnos{EINVAL, ENOMEM, EPERM};
 inline constexpr std::array<int, 5> close_errnos{EBADF, EINTR, EIO, ENOSPC, EDQUOT};
 
-/// Choices from a seed (splitmix64): the same seed gives the same run.
+/// Choices from a seed (splitmix64): the same seed gives the same run. The drain_pause options come
+/// from a second stream (option_below), so a seed's operations are those it chose before the harness
+/// drew them, and with drain_pause 0 its whole run is.
 class prng_source {
 public:
-    explicit prng_source(std::uint64_t seed) noexcept : state_(seed) {}
-    std::uint64_t next() noexcept {
-        std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
+    explicit prng_source(std::uint64_t seed) noexcept : state_(seed), option_state_(seed ^ 0xD1B54A32D192ED03ULL) {}
+    std::uint64_t next() noexcept { return mix(state_); }
+    std::uint64_t below(std::uint64_t n) noexcept { return n == 0 ? 0 : next() % n; }
+    std::uint64_t option_below(std::uint64_t n) noexcept { return n == 0 ? 0 : mix(option_state_) % n; }
+    [[nodiscard]] bool exhausted() const noexcept { return false; }
+
+private:
+    static std::uint64_t mix(std::uint64_t& state) noexcept {
+        std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
         z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
         z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
         return z ^ (z >> 31U);
     }
-    std::uint64_t below(std::uint64_t n) noexcept { return n == 0 ? 0 : next() % n; }
-    [[nodiscard]] bool exhausted() const noexcept { return false; }
 
-private:
     std::uint64_t state_;
+    std::uint64_t option_state_;
 };
 
 /// Choices read from fuzzer bytes, one byte per small choice and four per large one; zeros after the end.
+/// The drain_pause options (option_below) are read from the last byte backwards, zeros once all are
+/// read: they shift nothing the operations read, so an input from before they existed decodes to the
+/// same operations (with a pause where its last bytes choose one).
 class bytes_source {
 public:
-    bytes_source(const std::uint8_t* data, std::size_t size) noexcept : data_(data), size_(size) {}
+    bytes_source(const std::uint8_t* data, std::size_t size) noexcept : data_(data), size_(size), tail_(size) {}
     std::uint64_t below(std::uint64_t n) noexcept {
         if (n <= 1) return 0;
         const int width = n <= 256 ? 1 : 4;
         std::uint64_t value = 0;
         for (int i = 0; i < width; ++i) value = (value << 8U) | (pos_ < size_ ? data_[pos_++] : 0U);
+        return value % n;
+    }
+    std::uint64_t option_below(std::uint64_t n) noexcept {
+        if (n <= 1) return 0;
+        const int width = n <= 256 ? 1 : 4;
+        std::uint64_t value = 0;
+        for (int i = 0; i < width; ++i) value = (value << 8U) | (tail_ > 0 ? data_[--tail_] : 0U);
         return value % n;
     }
     [[nodiscard]] bool exhausted() const noexcept { return pos_ >= size_; }
@@ -87,6 +111,7 @@ private:
     const std::uint8_t* data_;
     std::size_t size_;
     std::size_t pos_ = 0;
+    std::size_t tail_;
 };
 
 /// What a run did, for the README's figures.
@@ -98,6 +123,10 @@ struct run_counts {
     std::uint64_t unmap_faults = 0;
     std::uint64_t close_faults = 0;
     std::uint64_t errors_reported = 0;  ///< on_error calls
+    std::uint64_t paused_queues = 0;    ///< queues made with a drain_pause
+    std::uint64_t pauses_checked = 0;   ///< pauses matched against the reference
+    std::uint64_t drains_until = 0;     ///< drain_until calls (only with a drain_pause)
+    std::uint64_t pauses_cut = 0;       ///< pauses after which the next step no longer fit
 };
 
 /// The chunk size the queue uses for a requested unmap_chunk_bytes: whole pages, at least one, and
@@ -173,6 +202,7 @@ private:
             std::lock_guard lock(log_mutex_);
             log_.clear();
             carried_.clear();
+            pause_overshoot_ = ns{0};
         }
         ++counts_.queues;
         du::reclaim_options o;
@@ -223,10 +253,24 @@ private:
         jitter_ns_ = source_.below(20'000);
         os.cost = [this](const dt::os_call& call) { return script_cost(call); };
         os.fail = [this](const dt::os_call& call) { return script_fail(call); };
+        // From the option stream, after the rest: drawing it shifts none of the choices above.
+        switch (source_.option_below(16)) {
+        case 10: case 11: o.drain_pause = ns{1}; break;
+        case 12: case 13: o.drain_pause = ns{1 + static_cast<std::int64_t>(source_.option_below(300'000))}; break;
+        case 14: o.drain_pause = std::chrono::seconds{1}; break;  // only a drain of a budget of forever sleeps it
+        case 15: o.drain_pause = ns::max(); break;  // never fits: see drain()
+        default: o.drain_pause = ns{0}; break;
+        }
+        if (o.drain_pause > ns{0}) {
+            ++counts_.paused_queues;
+            draw_overshoot();
+        }
+        os.on_pause = [this](const dt::os_call& call) { script_pause(call); };
 
         options_ = o;
         chunk_ = expected_chunk(o.unmap_chunk_bytes);
         model_ = o.prior;
+        expected_pause_ = o.drain_pause;
         expected_ = {};
         items_.clear();
         handed_.clear();
@@ -329,20 +373,42 @@ private:
         case 3: budget = ns{1}; break;
         default: budget = ns{static_cast<std::int64_t>(source_.below(3'000'000))}; break;
         }
+        // With a drain_pause, from the option stream: a new overshoot now and then, and some drains as
+        // drain_until(now + budget), whose first step is not free. A drain of a budget of forever would
+        // sleep a pause of nanoseconds::max() (and overflow the manual clock): it gets an hour instead.
+        bool until = false;
+        if (options_.drain_pause > ns{0}) {
+            if (source_.option_below(4) == 0) draw_overshoot();
+            until = source_.option_below(4) == 0;
+            if (options_.drain_pause == ns::max() && budget == ns::max()) budget = std::chrono::hours{1};
+        }
         const auto start = dt::manual_clock::now();
-        const du::drain_report report = queue_->drain(budget);
-        if (budget <= ns{0} || options_.unmap_on_worker) {
+        du::drain_report report;
+        if (until) {
+            ++counts_.drains_until;
+            using tp = dt::manual_clock::time_point;
+            const tp deadline = budget > tp::max() - start ? tp::max() : start + budget;
+            report = queue_->drain_until(deadline);
+        } else {
+            report = queue_->drain(budget);
+        }
+        const std::string what = std::string(until ? "drain_until(now + " : "drain(") + std::to_string(budget.count()) + " ns)";
+        if ((budget <= ns{0} && !until) || options_.unmap_on_worker) {
             if (report.steps != 0 || report.fds_closed != 0 || report.bytes_unmapped != 0 || report.fds_handed_off != 0)
-                return fail("drain(" + std::to_string(budget.count()) + ") did work on the calling thread");
-            if (options_.unmap_on_worker && budget > ns{0} && !consume_lenient(take_log(), site::cap)) return false;
+                return fail(what + " did work on the calling thread");
+            if (options_.unmap_on_worker && (budget > ns{0} || until) && !consume_lenient(take_log(), site::cap)) return false;
             return check("drain without steps");
         }
-        last_drain_ = start;
-        // Replays drain's loop: hand a bare close to the worker, else start the next step only if it fits.
+        if (!until) last_drain_ = start;
+        // Replays drain's loop: hand a bare close to the worker, else start the next step only if it fits
+        // (the first step of drain() always runs); between two munmap steps, sleep first if the sleep as
+        // expected and the step both fit, and after it run the step only if it still fits.
         std::vector<logged> log = take_log();
+        if (!pauses_well_placed(log, what)) return false;
         std::size_t pos = 0;
         std::size_t steps = 0, handed = 0, closed = 0, unmapped = 0, errors = 0;
         ns elapsed{0};
+        bool last_was_unmap = false;  // this drain's previous step was a munmap (a hand-off in between is no step)
         while (!items_.empty()) {
             if (options_.close_on_worker && !unmapping(items_.front())) {
                 hand_off();
@@ -350,7 +416,21 @@ private:
                 if (elapsed >= budget) break;
                 continue;
             }
-            if (steps > 0 && elapsed + predict(items_.front()) > budget) break;
+            const bool free_step = !until && steps == 0;
+            const bool sleep_first = options_.drain_pause > ns{0} && last_was_unmap && unmapping(items_.front());
+            const ns step = predict(items_.front());
+            if (!free_step && !fits(elapsed, sleep_first ? expected_pause_ : ns{0}, step, budget)) break;
+            if (sleep_first) {
+                if (!expect_pause(log, pos, what)) return false;
+                const ns took = options_.drain_pause + pause_overshoot_;
+                elapsed += took;
+                learn_pause_ref(took);
+                if (!fits(elapsed, ns{0}, step, budget)) {
+                    ++counts_.pauses_cut;  // the drain's last record is this pause
+                    break;
+                }
+            }
+            last_was_unmap = unmapping(items_.front());
             step_result r;
             if (!run_step(log, pos, site::drain, r)) return false;
             ++steps;
@@ -360,8 +440,8 @@ private:
             errors += r.errors;
         }
         if (steps > 0) ++expected_.drains;
+        if (until && (steps > 0 || handed > 0)) last_drain_ = start;
         if (!leftovers_are_worker_closes(log, pos)) return false;
-        const std::string what = "drain(" + std::to_string(budget.count()) + " ns)";
         if (report.steps != steps) return fail(what + ": steps " + std::to_string(report.steps) + " != " + std::to_string(steps));
         if (report.fds_handed_off != handed) return fail(what + ": hand-offs differ");
         if (report.fds_closed != closed) return fail(what + ": fds_closed differ");
@@ -370,6 +450,78 @@ private:
         if (report.elapsed != elapsed) return fail(what + ": elapsed " + std::to_string(report.elapsed.count()) + " != " + std::to_string(elapsed.count()));
         if (report.pending_bytes != pending_bytes_ref()) return fail(what + ": reported pending bytes differ");
         return check(what);
+    }
+
+    // elapsed + pause + step <= budget, in saturating arithmetic (all four are >= 0 but the budget,
+    // and a budget of nanoseconds::max() means forever).
+    [[nodiscard]] static bool fits(ns elapsed, ns pause, ns step, ns budget) noexcept {
+        constexpr std::int64_t top = std::numeric_limits<std::int64_t>::max();
+        std::int64_t total = elapsed.count();
+        for (const ns part : {pause, step}) total = part.count() > top - total ? top : total + part.count();
+        return total <= budget.count();
+    }
+
+    // The reference's learned pause length, written out apart from the queue's: what a sleep took counts
+    // for at most twice the current expectation (a single late wake-up must not stop the pauses); the
+    // expectation moves a quarter of the way to it, rounding toward the old value, and never drops
+    // below what is asked.
+    void learn_pause_ref(ns took) noexcept {
+        constexpr std::int64_t top = std::numeric_limits<std::int64_t>::max();
+        const std::int64_t old = expected_pause_.count();
+        const std::int64_t ceiling = old > top / 2 ? top : old * 2;
+        const std::int64_t counted = std::min(took.count(), ceiling);
+        const std::int64_t moved = old + (counted - old) / 4;  // C++ division truncates toward zero
+        expected_pause_ = ns{std::max(moved, options_.drain_pause.count())};
+    }
+
+    // The next record of the draining thread must be a pause asking drain_pause.
+    bool expect_pause(const std::vector<logged>& log, std::size_t& pos, const std::string& what) {
+        const logged* l = next_from(log, pos, main_thread_);
+        if (!failure_.empty()) return false;
+        if (l == nullptr || l->call.op != call_kind::pause)
+            return fail(what + ": expected a pause of " + std::to_string(options_.drain_pause.count()) + " ns before the next munmap, got " +
+                        (l == nullptr ? std::string("nothing") : describe(l->call)));
+        if (l->call.slept != options_.drain_pause) return fail(what + ": a pause asked " + describe(l->call) + ", not drain_pause");
+        ++counts_.pauses_checked;
+        return true;
+    }
+
+    // Where pauses may be in one drain's log, independent of the replay: only on the draining thread,
+    // only with a drain_pause and without unmap_on_worker, each asking drain_pause, preceded (on that
+    // thread) by a munmap of this drain and followed by another, or by nothing: a drain that finds after
+    // the sleep that its next step no longer fits stops there (the replay then requires exactly that).
+    bool pauses_well_placed(const std::vector<logged>& log, const std::string& what) {
+        const logged* previous = nullptr;
+        bool pause_open = false;
+        for (const logged& l : log) {
+            if (l.call.op == call_kind::pause) {
+                if (l.call.thread != main_thread_) return fail(what + ": a pause off the draining thread" + mode());
+                if (options_.drain_pause <= ns{0} || options_.unmap_on_worker) return fail(what + ": a pause without a drain_pause to take" + mode());
+                if (l.call.slept != options_.drain_pause) return fail(what + ": a pause asked " + describe(l.call) + ", not drain_pause");
+                if (previous == nullptr) return fail(what + ": a pause before the drain's first step");
+                if (previous->call.op != call_kind::unmap) return fail(what + ": a pause after " + describe(previous->call) + mode());
+                pause_open = true;
+            } else if (l.call.thread == main_thread_ && pause_open) {
+                if (l.call.op != call_kind::unmap) return fail(what + ": a pause before " + describe(l.call) + mode());
+                pause_open = false;
+            }
+            if (l.call.thread == main_thread_) previous = &l;
+        }
+        return true;
+    }
+
+    // A scripted overshoot for the pauses: none, a little, up to 300 us, or up to 5 ms (past most budgets).
+    void draw_overshoot() {
+        ns overshoot{0};
+        switch (source_.option_below(4)) {
+        case 0: break;
+        case 1: overshoot = ns{1 + static_cast<std::int64_t>(source_.option_below(1000))}; break;
+        case 2: overshoot = ns{static_cast<std::int64_t>(source_.option_below(300'000))}; break;
+        default: overshoot = ns{1 + static_cast<std::int64_t>(source_.option_below(5'000'000))}; break;
+        }
+        std::lock_guard lock(log_mutex_);
+        pause_overshoot_ = overshoot;
+        dt::script().pause_overshoot = overshoot;  // read by the pauses, made by the draining thread only
     }
 
     bool flush() {
@@ -406,6 +558,11 @@ private:
         return cost;
     }
 
+    void script_pause(const dt::os_call& call) {
+        std::lock_guard lock(log_mutex_);
+        log_.push_back({call, call.slept + pause_overshoot_});
+    }
+
     int script_fail(const dt::os_call& call) {
         std::lock_guard lock(log_mutex_);
         if (call.op == call_kind::unmap && script_rng_.below(256) < unmap_rate_) {
@@ -422,7 +579,7 @@ private:
     // What the queue did since the last look, after any calls held back from then.
     std::vector<logged> take_log() {
         std::lock_guard lock(log_mutex_);
-        counts_.calls_checked += log_.size();
+        for (const logged& l : log_) counts_.calls_checked += l.call.op == call_kind::pause ? 0 : 1;
         std::vector<logged> out;
         out.swap(carried_);
         out.insert(out.end(), log_.begin(), log_.end());
@@ -521,6 +678,7 @@ private:
     bool leftovers_are_worker_closes(const std::vector<logged>& log, std::size_t pos) {
         while (pos < log.size()) {
             const logged& l = log[pos++];
+            if (l.call.op == call_kind::pause) return fail("a pause at the end of the drain that the reference did not take" + mode());
             if (l.call.thread == main_thread_) return fail("the queue made a call the reference did not expect: " + describe(l.call));
             if (!worker_close(l)) return false;
         }
@@ -528,11 +686,16 @@ private:
     }
 
     [[nodiscard]] std::string mode() const {
+        if (!options_.close_on_worker && !options_.unmap_on_worker) return " [inline]";
         return std::string(" [") + (options_.close_on_worker ? "close_on_worker " : "") + (options_.unmap_on_worker ? "unmap_on_worker" : "") + "]";
     }
 
     static std::string describe(const dt::os_call& c) {
         char buf[160];
+        if (c.op == call_kind::pause) {
+            std::snprintf(buf, sizeof buf, "pause of %lld ns", static_cast<long long>(c.slept.count()));
+            return buf;
+        }
         std::snprintf(buf, sizeof buf, "%s addr=%p len=%zu fd=%d result=%d", c.op == call_kind::unmap ? "munmap" : "close", c.addr, c.length, c.fd, c.result);
         return buf;
     }
@@ -543,6 +706,7 @@ private:
         const logged* l = next_from(log, pos, main_thread_);
         if (!failure_.empty()) return false;
         if (l == nullptr) return fail("the queue stopped before a step the reference expected (" + std::string(unmapping(it) ? "munmap" : "close") + ")");
+        if (l->call.op == call_kind::pause) return fail(std::string("a pause where the reference expected a ") + (unmapping(it) ? "munmap" : "close") + " step right away" + mode());
         if (!apply_step(it, *l, log, pos, r)) return false;
         ++expected_.steps;
         if (where == site::cap) ++expected_.cap_steps;
@@ -631,6 +795,8 @@ private:
                 return true;
             }
             const logged& l = log[pos++];
+            if (l.call.op == call_kind::pause)
+                return fail(std::string("a pause in ") + (where == site::flush ? "a flush or the destructor" : "a push over the cap or on the worker") + mode());
             if (l.call.op == call_kind::close && !handed_.empty() && handed_.front() == l.call.fd) {
                 if (!worker_close(l)) return false;
                 continue;
@@ -756,6 +922,8 @@ private:
     std::size_t leaked_ = 0;
     std::uint64_t expected_recovered_ = 0;
     std::size_t last_worker_advance_ = 0;
+    ns expected_pause_{0};   // the reference's learned length of one drain_pause sleep
+    ns pause_overshoot_{0};  // what each pause takes on top of drain_pause (the script's, mirrored)
 
     std::mutex log_mutex_;
     std::vector<logged> log_;
