@@ -15,13 +15,7 @@ namespace {
 constexpr double unmap_rate = 50'000.0 / static_cast<double>(mib);
 constexpr double close_rate = 150'000.0 / static_cast<double>(mib);
 
-du::cost_model exact_model() {
-    du::cost_model m;
-    m.unmap_ns_per_byte = unmap_rate;
-    m.close_ns_per_byte = close_rate;
-    m.call_overhead = 1us;
-    return m;
-}
+du::cost_model exact_model() { return linear_model(unmap_rate, close_rate, 1us); }
 
 dt::os_script& scripted_costs() {
     auto& os = dt::reset();
@@ -377,13 +371,6 @@ struct gated_os : dt::scripted_os {
     }
 };
 
-du::basic_shm_region<gated_os> gated_region(std::size_t bytes) {
-    const int fd = dt::script().open_fd(bytes);
-    std::error_code ec;
-    auto map = du::basic_mapping<gated_os>::map(fd, bytes, PROT_READ, MAP_SHARED, 0, ec);
-    return {du::basic_unique_fd<gated_os>{fd}, std::move(map)};
-}
-
 }  // namespace
 
 TEST_CASE("queue: the unmapping worker learns from its own CPU time, not the draining thread's") {
@@ -394,7 +381,7 @@ TEST_CASE("queue: the unmapping worker learns from its own CPU time, not the dra
     gated_os::gate.store(&gate);
     du::basic_reclaim_queue<dt::manual_clock, gated_os> q{
         two_mib_steps({.unmap_on_worker = true, .worker_pause = 0ns, .prior = exact_model()})};
-    q.push(gated_region(4 * mib));  // two 2 MiB munmap steps and a close, all on the worker
+    q.push(make_region_for<gated_os>(4 * mib));  // two 2 MiB munmap steps and a close, all on the worker
     q.drain(1ms);
     const bool worker_inside = entered.wait_for(10s) == std::future_status::ready;
     // While the worker is inside its first munmap, the draining thread closes a 32 MiB memfd of its

@@ -16,19 +16,15 @@ namespace {
 constexpr double unmap_rate = 50'000.0 / static_cast<double>(mib);
 constexpr double close_rate = 1'000.0 / static_cast<double>(mib);
 
-du::cost_model exact_model() {
-    du::cost_model m;
-    m.unmap_ns_per_byte = unmap_rate;
-    m.close_ns_per_byte = close_rate;
-    m.call_overhead = 1us;
-    return m;
-}
+du::cost_model exact_model() { return linear_model(unmap_rate, close_rate, 1us); }
 
-void scripted_costs() {
+// `pause_overshoot`: what each sleep takes on top of what it asked.
+void scripted_costs(std::chrono::nanoseconds pause_overshoot = {}) {
     auto& os = dt::reset();
     os.call_overhead = 1us;
     os.unmap_ns_per_byte = unmap_rate;
     os.close_ns_per_byte = close_rate;
+    os.pause_overshoot = pause_overshoot;
 }
 
 du::reclaim_options paced(std::chrono::nanoseconds pause) {
@@ -136,10 +132,7 @@ TEST_CASE("drain_pause: drain_until sleeps too, and never sleeps into a deadline
 }
 
 TEST_CASE("drain_pause: a sleep that runs long ends the drain instead of a step past the deadline") {
-    auto& os = dt::reset();
-    os.call_overhead = 1us;
-    os.unmap_ns_per_byte = unmap_rate;
-    os.pause_overshoot = 600us;  // a 50 us sleep takes 650 us
+    scripted_costs(600us);  // a 50 us sleep takes 650 us
     scripted_queue q{paced(50us)};
     q.push(dt::make_region(8 * mib));
     const std::size_t seen = dt::script().calls().size();
@@ -159,10 +152,7 @@ std::size_t exact_step() { return du::detail::step_bytes(exact_model(), 200us, d
 }  // namespace
 
 TEST_CASE("drain_pause: how long the sleeps really take is learned, so a drain stops sleeping where the rest no longer fits") {
-    auto& os = dt::reset();
-    os.call_overhead = 1us;
-    os.unmap_ns_per_byte = unmap_rate;
-    os.pause_overshoot = 100us;  // each 50 us sleep takes 150 us
+    scripted_costs(100us);  // each 50 us sleep takes 150 us
     scripted_queue q{paced(50us)};
     q.push(dt::make_region(100 * exact_step()));
     // A 1.2 ms drain: steps end at ~200, 550 and 900 us. With 300 us left, a sleep budgeted at the
@@ -184,12 +174,7 @@ TEST_CASE("drain_pause: how long the sleeps really take is learned, so a drain s
 namespace {
 
 // scripted_os without thread_cpu_time(): the queue learns from wall time, which a pause must not enter.
-struct wall_clock_os {
-    static void* map(void* hint, std::size_t length, int prot, int flags, int fd, off_t offset, int& error) noexcept {
-        return dt::scripted_os::map(hint, length, prot, flags, fd, offset, error);
-    }
-    static int unmap(void* addr, std::size_t length) noexcept { return dt::scripted_os::unmap(addr, length); }
-    static int close(int fd) noexcept { return dt::scripted_os::close(fd); }
+struct wall_clock_os : scripted_calls {
     static void pause(std::chrono::nanoseconds d) noexcept { dt::scripted_os::pause(d); }
 };
 static_assert(du::has_pause<wall_clock_os> && !du::has_thread_cpu_time<wall_clock_os>);
@@ -202,11 +187,10 @@ TEST_CASE("drain_pause: the sleep is not booked as part of a step, nor learned a
     du::cost_model model;
     model.unmap_ns_per_byte = rate;
     model.call_overhead = 1us;
-    const auto costs = []() -> dt::os_script& {
+    const auto costs = [] {
         auto& os = dt::reset();
         os.call_overhead = 1us;
         os.unmap_ns_per_byte = rate;
-        return os;
     };
     const auto options = inline_mode({.max_step = 200us, .prior = model, .drain_pause = 150us});
     {
@@ -217,12 +201,9 @@ TEST_CASE("drain_pause: the sleep is not booked as part of a step, nor learned a
         REQUIRE(dt::script().count(call_kind::pause) >= 2);
         CHECK(q.stats().step_durations.max() <= 200us);
     }
-    auto& os = costs();
+    costs();
     du::basic_reclaim_queue<dt::manual_clock, wall_clock_os> q{options};
-    const int fd = os.open_fd(16 * mib);
-    std::error_code ec;
-    q.push(du::basic_shm_region<wall_clock_os>{du::basic_unique_fd<wall_clock_os>{fd},
-                                               du::basic_mapping<wall_clock_os>::map(fd, 16 * mib, PROT_READ, MAP_SHARED, 0, ec)});
+    q.push(make_region_for<wall_clock_os>(16 * mib));
     q.drain(2ms);
     REQUIRE(dt::script().count(call_kind::pause) >= 2);
     CHECK(q.stats().step_durations.max() <= 200us);
@@ -268,22 +249,10 @@ TEST_CASE("drain_pause: with closes on the worker, the pause still falls between
 namespace {
 
 // scripted_os without pause(): an Os that cannot sleep.
-struct sleepless_os {
-    static void* map(void* hint, std::size_t length, int prot, int flags, int fd, off_t offset, int& error) noexcept {
-        return dt::scripted_os::map(hint, length, prot, flags, fd, offset, error);
-    }
-    static int unmap(void* addr, std::size_t length) noexcept { return dt::scripted_os::unmap(addr, length); }
-    static int close(int fd) noexcept { return dt::scripted_os::close(fd); }
+struct sleepless_os : scripted_calls {
     static std::chrono::nanoseconds thread_cpu_time() noexcept { return dt::scripted_os::thread_cpu_time(); }
 };
 static_assert(!du::has_pause<sleepless_os>);
-
-du::basic_shm_region<sleepless_os> sleepless_region(std::size_t bytes) {
-    const int fd = dt::script().open_fd(bytes);
-    std::error_code ec;
-    auto map = du::basic_mapping<sleepless_os>::map(fd, bytes, PROT_READ, MAP_SHARED, 0, ec);
-    return {du::basic_unique_fd<sleepless_os>{fd}, std::move(map)};
-}
 
 }  // namespace
 
@@ -292,7 +261,7 @@ TEST_CASE("drain_pause: an Os that cannot sleep runs steps back to back and spen
     for (const std::chrono::nanoseconds pause : {std::chrono::nanoseconds{0}, std::chrono::nanoseconds{100us}}) {
         scripted_costs();
         du::basic_reclaim_queue<dt::manual_clock, sleepless_os> q{paced(pause)};
-        for (int i = 0; i < 3; ++i) q.push(sleepless_region(8 * mib));
+        for (int i = 0; i < 3; ++i) q.push(make_region_for<sleepless_os>(8 * mib));
         // 450 us: room for two ~200 us steps back to back, for one if 100 us were kept for a pause.
         steps[pause == 0ns ? 0 : 1] = q.drain(450us).steps;
         CHECK(dt::script().count(call_kind::pause) == 0);

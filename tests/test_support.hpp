@@ -77,4 +77,31 @@ inline du::shm_region real_pool(std::size_t bytes) {
     return du::shm_region{std::move(fd), std::move(view)};
 }
 
+/// The model whose predictions are exactly what a script of these linear costs charges.
+inline du::cost_model linear_model(double unmap_ns_per_byte, double close_ns_per_byte, std::chrono::nanoseconds overhead) {
+    du::cost_model m;
+    m.unmap_ns_per_byte = unmap_ns_per_byte;
+    m.close_ns_per_byte = close_ns_per_byte;
+    m.call_overhead = overhead;
+    return m;
+}
+
+/// scripted_os's required calls, for test Os policies that leave out or replace its optional ones.
+struct scripted_calls {
+    static void* map(void* hint, std::size_t length, int prot, int flags, int fd, off_t offset, int& error) noexcept {
+        return dt::scripted_os::map(hint, length, prot, flags, fd, offset, error);
+    }
+    static int unmap(void* addr, std::size_t length) noexcept { return dt::scripted_os::unmap(addr, length); }
+    static int close(int fd) noexcept { return dt::scripted_os::close(fd); }
+};
+
+/// testing::make_region for a queue whose Os wraps scripted_os.
+template <class Os>
+du::basic_shm_region<Os> make_region_for(std::size_t bytes) {
+    const int fd = dt::script().open_fd(bytes);
+    std::error_code ec;
+    auto map = du::basic_mapping<Os>::map(fd, bytes, PROT_READ, MAP_SHARED, 0, ec);
+    return {du::basic_unique_fd<Os>{fd}, std::move(map)};
+}
+
 }  // namespace du_test
