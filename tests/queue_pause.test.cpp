@@ -171,6 +171,36 @@ TEST_CASE("drain_pause: how long the sleeps really take is learned, so a drain s
     CHECK(ending_on_a_pause >= 1);  // before it learned: the sleep the test is about
 }
 
+TEST_CASE("drain_pause: after a spell of late wake-ups, drains go back to pausing between steps") {
+    scripted_costs();
+    scripted_queue q{paced(50us)};
+    q.push(dt::make_region(1000 * exact_step()));
+    const auto drain_steps = [&q] { return q.drain(1ms).steps; };
+    const std::size_t calm = drain_steps();  // ~200 us steps with 50 us sleeps between them
+    REQUIRE(calm >= 3);
+    dt::script().pause_overshoot = 3ms;  // every sleep now wakes 3 ms late
+    for (int i = 0; i < 12; ++i) drain_steps();
+    CHECK(drain_steps() == 1);  // the sleeps it expects no longer fit: one step a drain
+    dt::script().pause_overshoot = 0ns;
+    std::size_t drains = 0;
+    while (drains < 50 && drain_steps() < calm) ++drains;
+    CHECK(drains < 50);
+}
+
+TEST_CASE("drain_pause: sleeps cut short never make the queue budget less than the pause it asks for") {
+    scripted_costs(-40us);  // every 50 us sleep ends after 10 us, as if a signal cut it short
+    scripted_queue q{paced(50us)};
+    q.push(dt::make_region(1000 * exact_step()));
+    // 850 us: steps end at ~200, ~410 and ~620 us. A fourth would fit after a 10 us sleep, not after
+    // the 50 us the queue must keep budgeting.
+    for (int i = 0; i < 15; ++i) {
+        const std::size_t seen = dt::script().calls().size();
+        const auto report = q.drain(850us);
+        CHECK(report.steps == 3);
+        CHECK(count(calls_since(seen), call_kind::pause) == 2);
+    }
+}
+
 namespace {
 
 // scripted_os without thread_cpu_time(): the queue learns from wall time, which a pause must not enter.

@@ -8,7 +8,7 @@
 // if it fits what is left of the budget, except the first, so every call makes progress and
 // overshoots by at most one step (with drain_pause, or by how much one sleep outlasts what the queue
 // has learned its sleeps take); drain_until(deadline) never starts a step predicted to end after
-// the deadline.
+// the deadline (with drain_pause it may still end late by such a sleep).
 // Neither waits longer than its budget for steps another thread is running: it returns with
 // report.busy set. Errors never throw and never lose an item: they are counted and passed to on_error.
 //
@@ -122,7 +122,8 @@ public:
     /// Runs steps while each is predicted to end by `deadline`; never starts one predicted to end later,
     /// so a frame thread that is already late may call it safely. An item whose one step can never fit
     /// (a close longer than any deadline given) still goes: through drain() from the idle timer, whose
-    /// first step always runs, or on the worker. Otherwise as drain().
+    /// first step always runs, or on the worker. With drain_pause it may end late by how much one sleep
+    /// outlasts what the queue has learned its sleeps take. Otherwise as drain().
     drain_report drain_until(time_point deadline) noexcept {
         return run_drain(Clock::now(), {.deadline = deadline, .first_step_free = false, .unmap_pause = unmap_pause()});
     }

@@ -116,10 +116,13 @@ public:
     /// preempted inside it: manual_clock advances by cost + preempt, the caller's cpu_clock by the
     /// cost alone.
     std::chrono::nanoseconds preempt{0};
-    /// Wall time each pause takes on top of what it asked, as timer slack and wake-up add.
+    /// Wall time each pause takes on top of what it asked, as timer slack and wake-up add; negative,
+    /// a sleep a signal cut short (a pause never takes less than zero).
     std::chrono::nanoseconds pause_overshoot{0};
-    /// Called with each pause as it is recorded, under the script's lock, as `cost` is for the other
-    /// calls: so a test that logs calls from `cost` sees the pauses in order with them.
+    /// Called with each pause as it is recorded, as `cost` is for the other calls, so a test that logs
+    /// calls from `cost` sees the pauses in order with them. Runs on the sleeping thread under the
+    /// script's (recursive) lock, before manual_clock moves: it may call script() but must not wait for
+    /// another thread's scripted call, and must not throw.
     std::function<void(const os_call&)> on_pause;
     /// Returns an errno to make the call fail, 0 to let it succeed. A failed unmap changes nothing; a
     /// failed close still releases the descriptor (Linux semantics), except for EBADF on a closed one.
@@ -225,14 +228,16 @@ public:
         return call.result;
     }
 
-    /// A sleep: manual_clock advances by `d` + pause_overshoot, cpu_clock not at all. Scripted costs
-    /// do not apply.
+    /// A sleep: manual_clock advances by `d` + pause_overshoot (at least zero, saturating), cpu_clock
+    /// not at all. Scripted costs do not apply.
     void do_pause(std::chrono::nanoseconds d) noexcept {
         std::lock_guard lock(mutex_);
         os_call call{os_call::kind::pause, nullptr, 0, -1, 0, std::this_thread::get_id(), d};
         calls_.push_back(call);
         if (on_pause) on_pause(call);
-        manual_clock::advance(d + pause_overshoot);
+        constexpr auto longest = std::chrono::nanoseconds::max();
+        const bool overflows = pause_overshoot > std::chrono::nanoseconds::zero() && d > longest - pause_overshoot;
+        manual_clock::advance(overflows ? longest : std::max(d + pause_overshoot, std::chrono::nanoseconds::zero()));
     }
 
 private:

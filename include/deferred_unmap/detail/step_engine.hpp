@@ -153,7 +153,10 @@ private:
             const bool forced = limits.first_step_free && report.steps == 0;
             const bool pausing = after_unmap && unmapping() && limits.unmap_pause > std::chrono::nanoseconds::zero();
             const std::chrono::nanoseconds room = pausing ? expected_pause_ : std::chrono::nanoseconds{0};
-            if (!forced && saturating_add<Clock>(saturating_add<Clock>(now, room), predict_next()) > limits.deadline) break;
+            if (!forced && saturating_add<Clock>(saturating_add<Clock>(now, room), predict_next()) > limits.deadline) {
+                if (pausing && saturating_add<Clock>(now, predict_next()) <= limits.deadline) doubt_pause(limits.unmap_pause);
+                break;
+            }
             if (pausing && !paused(limits.unmap_pause, now, limits.deadline)) break;
             after_unmap = unmapping();
             now = timed_step(now, report, limits.site);
@@ -172,6 +175,11 @@ private:
         }
         return saturating_add<Clock>(now, predict_next()) <= deadline;
     }
+
+    // The expected sleep alone kept a step out: an eighth of the way back to what is asked. Only
+    // sleeps taken teach the estimate, so one raised by a spell of late wake-ups would otherwise keep
+    // every later drain to a single munmap step.
+    void doubt_pause(std::chrono::nanoseconds asked) DU_REQUIRES(mutex_) { expected_pause_ -= (expected_pause_ - asked) / 8; }
 
     // A quarter of the way to what the sleep took, at most twice the current estimate (one long
     // wake-up must not stop the pauses), never below what was asked (a signal cut it short).
