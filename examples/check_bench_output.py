@@ -123,6 +123,8 @@ def main():
         with open(prefix + ".json") as f:
             data = json.load(f)
         check_numbers("machine", data["machine"], ["cpus"])
+        settings = data.get("settings") or [{}]
+        check_numbers("settings", settings[0], ["budget_us", "drain_pause_us"] + (["max_step_us"] if kind == "teardown" else []))
         check_csv(prefix + ".csv", data["rows"])
         if kind == "teardown":
             check_teardown(data, tool_args)

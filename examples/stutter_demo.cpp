@@ -11,8 +11,8 @@
 //
 // --strategies runs only the named ones (the README's picture sets close-first beside the queued modes).
 //
-// Usage: stutter_demo [--hz N] [--pools N] [--pool-bytes B] [--budget-us N] [--work-us N]
-//                     [--burst-frame N] [--tail-frames N] [--strategies A,B,..]
+// Usage: stutter_demo [--hz N] [--pools N] [--pool-bytes B] [--budget-us N] [--drain-pause-us N]
+//                     [--work-us N] [--burst-frame N] [--tail-frames N] [--strategies A,B,..]
 //                     [--svg FILE] [--csv FILE] [--json FILE]
 #include "bench_common.hpp"
 
@@ -308,7 +308,13 @@ int main(int argc, char** argv) {
     print_targets(goals);
     if (!cfg.svg.empty()) write_file(cfg.svg, svg_timeline(runs, rows, cfg));
     if (!cfg.csv.empty()) write_csv(cfg.csv, rows);
-    if (!cfg.json.empty()) write_json(cfg.json, machine, {{"rows", rows}, {"targets", goals}});
+    const row settings{{"hz", static_cast<double>(cfg.hz), 0},
+                       {"pools", static_cast<double>(cfg.pools), 0},
+                       {"pool_bytes", static_cast<double>(cfg.pool_bytes), 0},
+                       {"budget_us", static_cast<double>(cfg.budget_us), 0},
+                       {"drain_pause_us", static_cast<double>(cfg.drain_pause_us), 0},
+                       {"work_us", static_cast<double>(cfg.work_us), 0}};
+    if (!cfg.json.empty()) write_json(cfg.json, machine, {{"settings", {settings}}, {"rows", rows}, {"targets", goals}});
 }
 
 // Expected output (2-core VM under load; times vary by machine, the shape does not):

@@ -9,10 +9,13 @@
 //
 // Strategies: close-first (close, then munmap: today's KWin), unmap-first, thread-drop (each pool
 // handed whole to one dropping thread: Smithay), queue (drain a budget per frame), queue+worker
-// (close_on_worker), queue+worker-unmap (unmap_on_worker).
+// (close_on_worker), queue+worker-unmap (unmap_on_worker), and beside them queue/2MiB and
+// queue+worker/2MiB (fixed 2 MiB steps), queue+worker/nice (low_priority_closes), queue+worker/pause
+// (drain_pause) and queue+worker/wall (the model learning from wall time).
 //
 // Usage: teardown_bench [--quick] [--sizes 1M,20736000,...] [--burst-bytes B] [--rounds N] [--hz N]
-//                       [--budget-us N] [--firefox-focus] [--no-probe] [--csv FILE] [--json FILE]
+//                       [--budget-us N] [--max-step-us N] [--drain-pause-us N] [--firefox-focus]
+//                       [--firefox-bytes B] [--firefox-seconds S] [--no-probe] [--csv FILE] [--json FILE]
 #include "bench_common.hpp"
 
 #include <fcntl.h>
@@ -682,7 +685,14 @@ int main(int argc, char** argv) {
     const auto goals = targets(rows, overhead, cfg);
     print_results(rows, overhead, goals, cfg);
     if (!cfg.csv.empty()) write_csv(cfg.csv, rows);
-    if (!cfg.json.empty()) write_json(cfg.json, machine, {{"rows", rows}, {"overhead", {overhead}}, {"targets", goals}});
+    const row settings{{"budget_us", static_cast<double>(cfg.budget_us), 0},
+                       {"hz", static_cast<double>(cfg.hz), 0},
+                       {"max_step_us", static_cast<double>(cfg.max_step_us), 0},
+                       {"drain_pause_us", static_cast<double>(cfg.drain_pause_us), 0},
+                       {"rounds", static_cast<double>(cfg.rounds), 0},
+                       {"burst_bytes", static_cast<double>(cfg.burst_bytes), 0}};
+    if (!cfg.json.empty())
+        write_json(cfg.json, machine, {{"settings", {settings}}, {"rows", rows}, {"overhead", {overhead}}, {"targets", goals}});
     if (call_log::overflowed()) std::fprintf(stderr, "teardown_bench: call log overflowed; figures incomplete\n");
 }
 
