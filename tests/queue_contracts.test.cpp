@@ -24,13 +24,7 @@ namespace {
 // Real time, scripted system calls: for the tests where a second thread must really wait.
 using real_time_queue = du::basic_reclaim_queue<std::chrono::steady_clock, dt::scripted_os>;
 
-du::cost_model exact(double unmap_rate, double close_rate) {
-    du::cost_model m;
-    m.unmap_ns_per_byte = unmap_rate;
-    m.close_ns_per_byte = close_rate;
-    m.call_overhead = 0ns;
-    return m;
-}
+du::cost_model exact(double unmap_rate, double close_rate) { return linear_model(unmap_rate, close_rate, 0ns); }
 
 // The threads of this process named `name`, by task id.
 std::vector<std::string> tasks_named(const std::string& name) {

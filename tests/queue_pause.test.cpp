@@ -214,9 +214,7 @@ static_assert(du::has_pause<wall_clock_os> && !du::has_thread_cpu_time<wall_cloc
 TEST_CASE("drain_pause: the sleep is not booked as part of a step, nor learned as one") {
     // 3/64 ns per byte is exact in binary: a step costing what the model predicts leaves it unchanged.
     constexpr double rate = 3.0 / 64.0;
-    du::cost_model model;
-    model.unmap_ns_per_byte = rate;
-    model.call_overhead = 1us;
+    const du::cost_model model = linear_model(rate, 0.0, 1us);
     const auto costs = [] {
         auto& os = dt::reset();
         os.call_overhead = 1us;
