@@ -521,6 +521,9 @@ struct frame_run {
     std::vector<frame_record> frames;
     std::size_t frames_to_return = 0;  ///< frames from the first release until all memory was back
     bool hit_limit = false;
+    /// The frame thread's CPU time outside release() and frame(): its own work and waking each vblank,
+    /// which a compositor spends whether pools die or not.
+    nanoseconds loop_cpu{0};
 };
 
 /// Runs frames at `config.interval`, releasing `dead[i]` at frame first_release + i and calling
@@ -532,15 +535,19 @@ inline frame_run run_frames(teardown_engine& engine, std::vector<std::vector<poo
     frame_run run;
     std::size_t stop_after = config.max_frames;
     auto deadline = steady::now() + config.interval;
+    nanoseconds teardown_cpu{0};
+    const nanoseconds loop_cpu_start = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
     for (std::size_t f = 0; f < stop_after; ++f) {
         const auto start = steady::now();
         spin_for(config.work);
         const long switches = involuntary_switches();
+        const nanoseconds cpu_before = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
         const auto teardown_start = steady::now();
         if (f >= config.first_release && f - config.first_release < dead.size())
             for (auto& p : dead[f - config.first_release]) engine.release(std::move(p));
         engine.frame();
         const auto end = steady::now();
+        teardown_cpu += cpu_clock(CLOCK_THREAD_CPUTIME_ID) - cpu_before;
         run.frames.push_back({end - teardown_start, end - start, involuntary_switches() != switches});
         const bool all_released = f + 1 >= config.first_release + dead.size();
         if (stop_after == config.max_frames && all_released && engine.idle()) {
@@ -551,6 +558,7 @@ inline frame_run run_frames(teardown_engine& engine, std::vector<std::vector<poo
         if (f + 1 < stop_after) std::this_thread::sleep_until(deadline);
     }
     run.hit_limit = run.frames_to_return == 0;
+    run.loop_cpu = cpu_clock(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start - teardown_cpu;
     engine.finish();
     call_log::on_frame_thread() = false;
     return run;

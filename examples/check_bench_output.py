@@ -18,13 +18,14 @@ TEARDOWN_FIELDS = [
     "pool_bytes", "pools", "runs",
     "munmap_p50_us", "munmap_p99_us", "munmap_max_us", "close_p50_us", "close_p99_us", "close_max_us",
     "step_p50_us", "step_p99_us", "step_max_us", "munmap_cpu_p50_us", "close_cpu_p50_us", "steps_per_pool", "cpu_per_pool_us",
+    "teardown_cpu_per_pool_us",
     "frame_ms_per_run", "frame_p99_ms", "frame_max_ms", "frame_calm_p99_ms", "frame_calm_max_ms", "frames_preempted", "max_frame_close_us", "work_ms_per_run",
     "frames_to_return", "frames_bound", "hit_frame_limit",
     "prediction_error_p50_us", "prediction_error_p99_us", "steps_over_max_step_pct",
 ]
 PROBE_FIELDS = [
     "probe_p50_us", "probe_p99_us", "probe_p999_us", "probe_max_us", "probe_mmap_max_us", "probe_mmap_net_max_us", "unmap_off_cpu_max_us",
-    "probe_samples", "probe_preempted",
+    "probe_samples", "probe_preempted", "probe_over_100us_per_run",
 ]
 STUTTER_FIELDS = [
     "pools", "pool_bytes", "worst_stall_ms", "p99_stall_ms", "calm_worst_stall_ms", "calm_p99_stall_ms",
@@ -91,6 +92,9 @@ def check_teardown(data, tool_args):
         for b in baseline:
             check_numbers(f"{where} baseline", b, PROBE_FIELDS)
             check(b["probe_samples"] > 0, f"{where}: baseline probe took no samples")
+    check(len(data.get("cold_steps", [])) == 1, "no cold_steps section")
+    for c in data.get("cold_steps", []):
+        check_numbers("cold_steps", c, ["pool_bytes", "steps", "warm_cpu_per_pool_us", "cold_cpu_per_pool_us"])
     check(len(data.get("overhead", [])) == 1, "no overhead section")
     for o in data.get("overhead", []):
         check_numbers("overhead", o, OVERHEAD_FIELDS)

@@ -5,7 +5,11 @@
 // drift hits all alike. Each strategy runs twice per round: once alone (syscall times, CPU, frame
 // thread time) and once beside a contention probe, a thread doing mmap+touch+munmap in a tight loop
 // (its latency with no teardown is the baseline). --firefox-focus adds a client that drops a ~30 MiB
-// buffer every frame for a second. A microbenchmark measures the queue's own overhead (no syscalls).
+// buffer every frame for a second. CPU is the process's, and beside it the same less the frame loop's
+// own (a strategy that takes more frames to give memory back wakes more often, as a compositor's frame
+// loop does anyway). A microbenchmark measures the queue's own overhead (no syscalls), and one pool
+// size is torn down twice more, its calls back to back and each after a frame's sleep, to show what a
+// call costs with caches gone cold.
 //
 // Strategies: close-first (close, then munmap: today's KWin), unmap-first, thread-drop (each pool
 // handed whole to one dropping thread: Smithay), queue (drain a budget per frame), queue+worker
@@ -239,7 +243,8 @@ struct scenario {
 struct run_result {
     call_times calls;
     frame_run frames;
-    double cpu_ms = 0;
+    double cpu_ms = 0;           ///< the whole process's CPU time from the burst until memory was back
+    double teardown_cpu_ms = 0;  ///< the same less the frame loop's own (frame_run::loop_cpu)
     nanoseconds wall{0};  ///< from the burst until everything was back
     std::optional<du::reclaim_stats> queue;  ///< the queued strategies' own totals
 };
@@ -272,6 +277,7 @@ run_result run_once(strategy s, const scenario& sc, const settings& cfg, content
     run_result r;
     r.frames = run_frames(*engine, batches, {.interval = cfg.interval()});
     r.cpu_ms = to_ms(process_cpu() - cpu_before);
+    r.teardown_cpu_ms = r.cpu_ms - to_ms(r.frames.loop_cpu);
     r.wall = steady::now() - start;
     if (probe) {
         std::this_thread::sleep_until(start + probe_window);
@@ -287,7 +293,7 @@ run_result run_once(strategy s, const scenario& sc, const settings& cfg, content
 struct totals {
     std::vector<double> munmap_us, step_us, close_us;        // per pool / per call, all runs
     std::vector<double> munmap_cpu_us, close_cpu_us;         // the same in thread CPU time
-    std::vector<double> cpu_per_pool_us, frame_ms, returned, bound, work_ms;  // per run
+    std::vector<double> cpu_per_pool_us, teardown_cpu_per_pool_us, frame_ms, returned, bound, work_ms;  // per run
     std::vector<double> slices_ms, calm_slices_ms;           // frame-thread teardown per frame; not preempted
     double preempted_frames = 0;
     std::vector<double> probe_us, probe_mmap_us, probe_mmap_net_us;  // probe runs
@@ -307,6 +313,7 @@ struct totals {
         close_cpu_us.insert(close_cpu_us.end(), c.close_cpu_us.begin(), c.close_cpu_us.end());
         max_frame_close_us = std::max(max_frame_close_us, c.max_frame_close_us);
         cpu_per_pool_us.push_back(r.cpu_ms * 1e3 / static_cast<double>(pools));
+        teardown_cpu_per_pool_us.push_back(r.teardown_cpu_ms * 1e3 / static_cast<double>(pools));
         double frame_total = 0;
         for (const auto& f : r.frames.frames) {
             frame_total += to_ms(f.teardown);
@@ -362,6 +369,21 @@ void add_prediction(row& r, const totals& t) {
     r.push_back({"steps_over_max_step_pct", calls > 0 ? 100.0 * static_cast<double>(t.unmap_calls_over_max_step) / calls : 0.0, 2});
 }
 
+// The probe's latencies. Its p99.9 over a window of ~90,000 samples is set by a few dozen slow ones,
+// so the samples slower than 100 us are counted per run beside it: the baseline's are the floor; above
+// it, many short mmap_lock holds slow more samples, each by less, than one long hold does.
+void add_probe_fields(row& r, totals& t) {
+    add_summary(r, "probe", t.probe_us, true);
+    r.push_back({"probe_mmap_max_us", summarize(t.probe_mmap_us).max, 1});
+    r.push_back({"probe_mmap_net_max_us", summarize(t.probe_mmap_net_us).max, 1});
+    r.push_back({"unmap_off_cpu_max_us", t.max_unmap_off_cpu_us, 1});
+    r.push_back({"probe_samples", static_cast<double>(t.probe_us.size()), 0});
+    r.push_back({"probe_preempted", t.probe_preempted, 0});
+    const auto slow = std::count_if(t.probe_us.begin(), t.probe_us.end(), [](double us) { return us > 100.0; });
+    const double runs = std::max<double>(1.0, static_cast<double>(t.frame_ms.size()));
+    r.push_back({"probe_over_100us_per_run", static_cast<double>(slow) / runs, 1});
+}
+
 row strategy_row(const scenario& sc, strategy s, totals& t, bool with_probe) {
     // Every row carries every field, so scripts need no special cases.
     row r = key_fields(sc, name(s), t.frame_ms.size());
@@ -373,6 +395,7 @@ row strategy_row(const scenario& sc, strategy s, totals& t, bool with_probe) {
     const double runs = static_cast<double>(t.frame_ms.size());
     r.push_back({"steps_per_pool", static_cast<double>(t.step_us.size()) / (runs * static_cast<double>(sc.pools)), 1});
     r.push_back({"cpu_per_pool_us", median_of(t.cpu_per_pool_us), 0});
+    r.push_back({"teardown_cpu_per_pool_us", median_of(t.teardown_cpu_per_pool_us), 0});
     r.push_back({"frame_ms_per_run", median_of(t.frame_ms), 2});
     const summary slices = summarize(t.slices_ms);
     r.push_back({"frame_p99_ms", slices.p99, 2});
@@ -387,25 +410,13 @@ row strategy_row(const scenario& sc, strategy s, totals& t, bool with_probe) {
     r.push_back({"frames_bound", median_of(t.bound), 0});
     r.push_back({"hit_frame_limit", t.hit_limit ? 1.0 : 0.0, 0});
     add_prediction(r, t);
-    if (with_probe) {
-        add_summary(r, "probe", t.probe_us, true);
-        r.push_back({"probe_mmap_max_us", summarize(t.probe_mmap_us).max, 1});
-        r.push_back({"probe_mmap_net_max_us", summarize(t.probe_mmap_net_us).max, 1});
-        r.push_back({"unmap_off_cpu_max_us", t.max_unmap_off_cpu_us, 1});
-        r.push_back({"probe_samples", static_cast<double>(t.probe_us.size()), 0});
-        r.push_back({"probe_preempted", t.probe_preempted, 0});
-    }
+    if (with_probe) add_probe_fields(r, t);
     return r;
 }
 
 row baseline_row(const scenario& sc, totals& t) {
     row r = key_fields(sc, "baseline", t.frame_ms.size());
-    add_summary(r, "probe", t.probe_us, true);
-    r.push_back({"probe_mmap_max_us", summarize(t.probe_mmap_us).max, 1});
-    r.push_back({"probe_mmap_net_max_us", summarize(t.probe_mmap_net_us).max, 1});
-    r.push_back({"unmap_off_cpu_max_us", 0.0, 1});  // nothing unmaps beside the probe
-    r.push_back({"probe_samples", static_cast<double>(t.probe_us.size()), 0});
-    r.push_back({"probe_preempted", t.probe_preempted, 0});
+    add_probe_fields(r, t);  // nothing unmaps beside the probe: its off-CPU figure stays 0
     return r;
 }
 
@@ -552,6 +563,39 @@ row measure_overhead_with() {
             {"allocations_per_push_and_drain", static_cast<double>(allocations) / (items * rounds), 3}};
 }
 
+// ---- cold steps: what a call costs after the thread slept a frame ---------------------------------
+
+/// CPU time per pool of a teardown in `steps` munmaps and a close made back to back (unmap-first, or
+/// one drain doing a whole pool), against the same calls each made after sleeping one frame interval
+/// (a queue spreading a pool over frames). The difference is what the calls pay for caches and TLBs
+/// gone cold while the thread slept; pools alternate between the two so drift hits both alike.
+row measure_cold_steps(std::size_t bytes, std::size_t steps, nanoseconds interval) {
+    constexpr std::size_t pools_each = 12;
+    constexpr std::size_t page = 4096;
+    std::vector<double> warm_us, cold_us;
+    for (std::size_t i = 0; i < 2 * pools_each; ++i) {
+        const bool cold = i % 2 == 1;
+        auto parts = make_pool(bytes).release();
+        const std::span<std::byte> range = parts.map.release();
+        const std::size_t step = (range.size() / steps + page - 1) / page * page;
+        nanoseconds cpu{0};
+        const auto timed = [&](auto call) {
+            if (cold) std::this_thread::sleep_for(interval);
+            const nanoseconds start = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
+            call();
+            cpu += cpu_clock(CLOCK_THREAD_CPUTIME_ID) - start;
+        };
+        for (std::size_t at = 0; at < range.size(); at += step)
+            timed([&] { ::munmap(range.data() + at, std::min(step, range.size() - at)); });
+        timed([&] { ::close(parts.fd.release()); });
+        (cold ? cold_us : warm_us).push_back(to_ms(cpu) * 1e3);
+    }
+    const double warm = median_of(warm_us), cold = median_of(cold_us);
+    return {{"pool_bytes", static_cast<double>(bytes), 0}, {"steps", static_cast<double>(steps), 0},
+            {"warm_cpu_per_pool_us", warm, 1}, {"cold_cpu_per_pool_us", cold, 1},
+            {"cold_cost_per_call_us", (cold - warm) / static_cast<double>(steps + 1), 1}};
+}
+
 /// The library's own overhead (null_os: the bookkeeping target), and beside it the step cost with the
 /// thread CPU clock reads posix_os makes, since a real queue pays those too.
 row measure_overhead() {
@@ -571,17 +615,25 @@ const row* find_row(const std::vector<row>& rows, std::size_t bytes, std::string
     return nullptr;
 }
 
-/// The targets this tool measures, for the default pool size (or the first size run).
+/// The pool size the targets are read at: the default one, or the first size run.
+std::size_t target_pool_bytes(const settings& cfg) {
+    const bool has_default = std::find(cfg.sizes.begin(), cfg.sizes.end(), default_pool_bytes) != cfg.sizes.end();
+    return has_default ? default_pool_bytes : cfg.sizes.front();
+}
+
+/// The targets this tool measures, at target_pool_bytes().
 std::vector<row> targets(const std::vector<row>& rows, const row& overhead, const settings& cfg) {
-    const std::size_t bytes = std::find(cfg.sizes.begin(), cfg.sizes.end(), default_pool_bytes) != cfg.sizes.end()
-                                  ? default_pool_bytes
-                                  : cfg.sizes.front();
+    const std::size_t bytes = target_pool_bytes(cfg);
     const auto at = [&](std::string_view s) { return find_row(rows, bytes, s); };
     const double budget_ms = to_ms(cfg.budget());
     std::vector<row> out;
     out.push_back(target("munmap p50 unmap-first / close-first", number(at("unmap-first"), "munmap_p50_us") / number(at("close-first"), "munmap_p50_us"), 0.4));
     out.push_back(target("munmap cpu p50 unmap-first / close-first", number(at("unmap-first"), "munmap_cpu_p50_us") / number(at("close-first"), "munmap_cpu_p50_us"), 0.4));
     out.push_back(target("cpu queue / unmap-first", number(at("queue"), "cpu_per_pool_us") / number(at("unmap-first"), "cpu_per_pool_us"), 1.10));
+    // The same less the frame loop's own CPU: the queue runs more frames before memory is back than
+    // unmap-first's one, and each vblank wake-up costs CPU that a compositor spends anyway.
+    out.push_back(target("teardown cpu queue / unmap-first",
+                         number(at("queue"), "teardown_cpu_per_pool_us") / number(at("unmap-first"), "teardown_cpu_per_pool_us"), 1.10));
     out.push_back(target("cpu queue / queue/2MiB", number(at("queue"), "cpu_per_pool_us") / number(at("queue/2MiB"), "cpu_per_pool_us"), 1.0));
     out.push_back(target("cpu queue+worker / queue+worker/2MiB",
                          number(at("queue+worker"), "cpu_per_pool_us") / number(at("queue+worker/2MiB"), "cpu_per_pool_us"), 1.0));
@@ -635,7 +687,7 @@ void print_results(const std::vector<row>& rows, const row& overhead, const std:
                                {"close_p50_us", "close p50"}, {"close_p99_us", "p99"}, {"close_max_us", "max"},
                                {"step_p50_us", "step p50"}, {"step_max_us", "max"}, {"steps_per_pool", "steps"},
                                {"munmap_cpu_p50_us", "munmap cpu p50"}, {"close_cpu_p50_us", "close cpu p50"},
-                               {"cpu_per_pool_us", "cpu/pool"}});
+                               {"cpu_per_pool_us", "cpu/pool"}, {"teardown_cpu_per_pool_us", "less frame loop"}});
     std::printf("\nframe thread (ms; calm: frames in which it was not preempted) and memory back (frames):\n");
     print_table(stdout, teardown_rows, {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"strategy", "strategy"},
                                {"frame_ms_per_run", "total/run"}, {"frame_p99_ms", "p99/frame"}, {"frame_max_ms", "worst"},
@@ -653,7 +705,7 @@ void print_results(const std::vector<row>& rows, const row& overhead, const std:
         print_table(stdout, having(rows, "probe_p50_us"), {{"scenario", "scenario"}, {"pool_bytes", "bytes"}, {"strategy", "strategy"},
                                    {"probe_p50_us", "p50"}, {"probe_p99_us", "p99"}, {"probe_p999_us", "p99.9"},
                                    {"probe_max_us", "max"}, {"probe_mmap_max_us", "mmap max"}, {"probe_mmap_net_max_us", "net of run queue"},
-                                   {"unmap_off_cpu_max_us", "munmap off-cpu max"},
+                                   {"unmap_off_cpu_max_us", "munmap off-cpu max"}, {"probe_over_100us_per_run", "over 100 us/run"},
                                    {"probe_samples", "samples"}, {"probe_preempted", "preempted"}});
     }
     std::printf("\nlibrary overhead (Os calls cost nothing): push %.1f ns, bookkeeping %.1f ns per drain step "
@@ -666,6 +718,13 @@ void print_results(const std::vector<row>& rows, const row& overhead, const std:
 
 }  // namespace
 
+void print_cold_steps(const row& cold) {
+    std::printf("\ncold calls (CPU time per %.0f-byte pool torn down in %.0f munmaps and a close): %.1f us back to back, "
+                "%.1f us with a frame's sleep before each call: %.1f us more per call\n",
+                number(&cold, "pool_bytes"), number(&cold, "steps"), number(&cold, "warm_cpu_per_pool_us"),
+                number(&cold, "cold_cpu_per_pool_us"), number(&cold, "cold_cost_per_call_us"));
+}
+
 int main(int argc, char** argv) {
     const settings cfg = parse(argc, argv);
     const row machine = machine_info();
@@ -674,6 +733,7 @@ int main(int argc, char** argv) {
                 "bursts of %.0f MiB\n", cfg.budget_us, cfg.hz, cfg.max_step_us, cfg.drain_pause_us, cfg.rounds,
                 static_cast<double>(cfg.burst_bytes) / (1 << 20));
     const row overhead = measure_overhead();
+    const row cold_steps = measure_cold_steps(target_pool_bytes(cfg), 3, cfg.interval());
     std::unique_ptr<contention_probe> probe;
     if (!cfg.no_probe) probe = std::make_unique<contention_probe>();
     std::vector<row> rows;
@@ -684,6 +744,7 @@ int main(int argc, char** argv) {
     probe.reset();
     const auto goals = targets(rows, overhead, cfg);
     print_results(rows, overhead, goals, cfg);
+    print_cold_steps(cold_steps);
     if (!cfg.csv.empty()) write_csv(cfg.csv, rows);
     const row settings{{"budget_us", static_cast<double>(cfg.budget_us), 0},
                        {"hz", static_cast<double>(cfg.hz), 0},
@@ -692,7 +753,8 @@ int main(int argc, char** argv) {
                        {"rounds", static_cast<double>(cfg.rounds), 0},
                        {"burst_bytes", static_cast<double>(cfg.burst_bytes), 0}};
     if (!cfg.json.empty())
-        write_json(cfg.json, machine, {{"settings", {settings}}, {"rows", rows}, {"overhead", {overhead}}, {"targets", goals}});
+        write_json(cfg.json, machine,
+                   {{"settings", {settings}}, {"rows", rows}, {"overhead", {overhead}}, {"cold_steps", {cold_steps}}, {"targets", goals}});
     if (call_log::overflowed()) std::fprintf(stderr, "teardown_bench: call log overflowed; figures incomplete\n");
 }
 
