@@ -522,7 +522,7 @@ struct frame_run {
     std::size_t frames_to_return = 0;  ///< frames from the first release until all memory was back
     bool hit_limit = false;
     /// The frame thread's CPU time outside release() and frame(): its own work and waking each vblank,
-    /// which a compositor spends whether pools die or not.
+    /// which a compositor whose screen changes spends whether pools die or not.
     nanoseconds loop_cpu{0};
 };
 

@@ -18,7 +18,7 @@ TEARDOWN_FIELDS = [
     "pool_bytes", "pools", "runs",
     "munmap_p50_us", "munmap_p99_us", "munmap_max_us", "close_p50_us", "close_p99_us", "close_max_us",
     "step_p50_us", "step_p99_us", "step_max_us", "munmap_cpu_p50_us", "close_cpu_p50_us", "steps_per_pool", "cpu_per_pool_us",
-    "teardown_cpu_per_pool_us",
+    "teardown_cpu_per_pool_us", "loop_cpu_per_frame_us",
     "frame_ms_per_run", "frame_p99_ms", "frame_max_ms", "frame_calm_p99_ms", "frame_calm_max_ms", "frames_preempted", "max_frame_close_us", "work_ms_per_run",
     "frames_to_return", "frames_bound", "hit_frame_limit",
     "prediction_error_p50_us", "prediction_error_p99_us", "steps_over_max_step_pct",
@@ -95,6 +95,8 @@ def check_teardown(data, tool_args):
     check(len(data.get("cold_steps", [])) == 1, "no cold_steps section")
     for c in data.get("cold_steps", []):
         check_numbers("cold_steps", c, ["pool_bytes", "steps", "warm_cpu_per_pool_us", "cold_cpu_per_pool_us"])
+        per_call = c.get("cold_cost_per_call_us")
+        check(isinstance(per_call, (int, float)) and math.isfinite(per_call), f"cold_steps: bad cold_cost_per_call_us {per_call!r}")
     check(len(data.get("overhead", [])) == 1, "no overhead section")
     for o in data.get("overhead", []):
         check_numbers("overhead", o, OVERHEAD_FIELDS)

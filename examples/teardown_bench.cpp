@@ -6,10 +6,10 @@
 // thread time) and once beside a contention probe, a thread doing mmap+touch+munmap in a tight loop
 // (its latency with no teardown is the baseline). --firefox-focus adds a client that drops a ~30 MiB
 // buffer every frame for a second. CPU is the process's, and beside it the same less the frame loop's
-// own (a strategy that takes more frames to give memory back wakes more often, as a compositor's frame
-// loop does anyway). A microbenchmark measures the queue's own overhead (no syscalls), and one pool
-// size is torn down twice more, its calls back to back and each after a frame's sleep, to show what a
-// call costs with caches gone cold.
+// own (a strategy that takes more frames to give memory back wakes more often; a compositor whose
+// screen changes runs those frames anyway, an idle one wakes for the queue's idle timer instead). A microbenchmark measures the queue's own overhead (no syscalls), and 24 more
+// pools of one size are torn down, half with their calls back to back and half with a frame's sleep
+// before each, to show what a call costs with caches gone cold.
 //
 // Strategies: close-first (close, then munmap: today's KWin), unmap-first, thread-drop (each pool
 // handed whole to one dropping thread: Smithay), queue (drain a budget per frame), queue+worker
@@ -294,10 +294,12 @@ struct totals {
     std::vector<double> munmap_us, step_us, close_us;        // per pool / per call, all runs
     std::vector<double> munmap_cpu_us, close_cpu_us;         // the same in thread CPU time
     std::vector<double> cpu_per_pool_us, teardown_cpu_per_pool_us, frame_ms, returned, bound, work_ms;  // per run
+    std::vector<double> loop_cpu_per_frame_us;                // per run: the frame loop's own CPU, per frame
     std::vector<double> slices_ms, calm_slices_ms;           // frame-thread teardown per frame; not preempted
     double preempted_frames = 0;
     std::vector<double> probe_us, probe_mmap_us, probe_mmap_net_us;  // probe runs
     double probe_preempted = 0;
+    std::size_t probe_windows = 0;
     double max_frame_close_us = 0;
     double max_unmap_off_cpu_us = 0;  // probe runs only: what the probe's mmap may have waited for
     bool hit_limit = false;
@@ -314,6 +316,7 @@ struct totals {
         max_frame_close_us = std::max(max_frame_close_us, c.max_frame_close_us);
         cpu_per_pool_us.push_back(r.cpu_ms * 1e3 / static_cast<double>(pools));
         teardown_cpu_per_pool_us.push_back(r.teardown_cpu_ms * 1e3 / static_cast<double>(pools));
+        loop_cpu_per_frame_us.push_back(to_ms(r.frames.loop_cpu) * 1e3 / static_cast<double>(std::max<std::size_t>(1, r.frames.frames.size())));
         double frame_total = 0;
         for (const auto& f : r.frames.frames) {
             frame_total += to_ms(f.teardown);
@@ -337,6 +340,7 @@ struct totals {
         for (auto ns : probe.mmap_ns()) probe_mmap_us.push_back(ns / 1e3);
         for (auto ns : probe.mmap_net_ns()) probe_mmap_net_us.push_back(ns / 1e3);
         probe_preempted += static_cast<double>(probe.preempted());
+        ++probe_windows;
     }
 };
 
@@ -369,9 +373,10 @@ void add_prediction(row& r, const totals& t) {
     r.push_back({"steps_over_max_step_pct", calls > 0 ? 100.0 * static_cast<double>(t.unmap_calls_over_max_step) / calls : 0.0, 2});
 }
 
-// The probe's latencies. Its p99.9 over a window of ~90,000 samples is set by a few dozen slow ones,
-// so the samples slower than 100 us are counted per run beside it: the baseline's are the floor; above
-// it, many short mmap_lock holds slow more samples, each by less, than one long hold does.
+// The probe's latencies. Its p99.9, over the ~30,000 samples of each of a few windows pooled, is set
+// by a few dozen slow samples, so how many were slower than 100 us is reported per window beside it
+// (the baseline's count is the floor): it tells a strategy that delays many samples from one that
+// delays few by as much.
 void add_probe_fields(row& r, totals& t) {
     add_summary(r, "probe", t.probe_us, true);
     r.push_back({"probe_mmap_max_us", summarize(t.probe_mmap_us).max, 1});
@@ -380,8 +385,8 @@ void add_probe_fields(row& r, totals& t) {
     r.push_back({"probe_samples", static_cast<double>(t.probe_us.size()), 0});
     r.push_back({"probe_preempted", t.probe_preempted, 0});
     const auto slow = std::count_if(t.probe_us.begin(), t.probe_us.end(), [](double us) { return us > 100.0; });
-    const double runs = std::max<double>(1.0, static_cast<double>(t.frame_ms.size()));
-    r.push_back({"probe_over_100us_per_run", static_cast<double>(slow) / runs, 1});
+    const double windows = static_cast<double>(std::max<std::size_t>(1, t.probe_windows));
+    r.push_back({"probe_over_100us_per_run", static_cast<double>(slow) / windows, 1});
 }
 
 row strategy_row(const scenario& sc, strategy s, totals& t, bool with_probe) {
@@ -396,6 +401,7 @@ row strategy_row(const scenario& sc, strategy s, totals& t, bool with_probe) {
     r.push_back({"steps_per_pool", static_cast<double>(t.step_us.size()) / (runs * static_cast<double>(sc.pools)), 1});
     r.push_back({"cpu_per_pool_us", median_of(t.cpu_per_pool_us), 0});
     r.push_back({"teardown_cpu_per_pool_us", median_of(t.teardown_cpu_per_pool_us), 0});
+    r.push_back({"loop_cpu_per_frame_us", median_of(t.loop_cpu_per_frame_us), 1});
     r.push_back({"frame_ms_per_run", median_of(t.frame_ms), 2});
     const summary slices = summarize(t.slices_ms);
     r.push_back({"frame_p99_ms", slices.p99, 2});
@@ -470,6 +476,7 @@ std::vector<row> run_scenario(const scenario& sc, const settings& cfg, contentio
         clean[i].probe_mmap_us = std::move(probed[i].probe_mmap_us);
         clean[i].probe_mmap_net_us = std::move(probed[i].probe_mmap_net_us);
         clean[i].max_unmap_off_cpu_us = probed[i].max_unmap_off_cpu_us;
+        clean[i].probe_windows = probed[i].probe_windows;
         rows.push_back(strategy_row(sc, all_strategies[i], clean[i], probe != nullptr));
     }
     return rows;
@@ -565,35 +572,40 @@ row measure_overhead_with() {
 
 // ---- cold steps: what a call costs after the thread slept a frame ---------------------------------
 
-/// CPU time per pool of a teardown in `steps` munmaps and a close made back to back (unmap-first, or
-/// one drain doing a whole pool), against the same calls each made after sleeping one frame interval
-/// (a queue spreading a pool over frames). The difference is what the calls pay for caches and TLBs
-/// gone cold while the thread slept; pools alternate between the two so drift hits both alike.
+/// CPU time per pool of a teardown in `steps` munmaps and a close: each pool's first call after a
+/// frame interval's sleep, then the rest back to back (unmap-first, or one drain doing a whole pool)
+/// or each after such a sleep too (a queue spreading a pool over frames). The difference, per call
+/// after the first, is what a call pays for caches and TLBs gone cold while the thread slept. Every
+/// pool is made before any is torn down, and the two ways alternate, so both see pools alike.
 row measure_cold_steps(std::size_t bytes, std::size_t steps, nanoseconds interval) {
     constexpr std::size_t pools_each = 12;
-    constexpr std::size_t page = 4096;
+    const std::size_t page = du::detail::page_size();
+    std::vector<pool> pools = make_pools(2 * pools_each, bytes);
     std::vector<double> warm_us, cold_us;
-    for (std::size_t i = 0; i < 2 * pools_each; ++i) {
+    for (std::size_t i = 0; i < pools.size(); ++i) {
         const bool cold = i % 2 == 1;
-        auto parts = make_pool(bytes).release();
+        auto parts = pools[i].release();
         const std::span<std::byte> range = parts.map.release();
         const std::size_t step = (range.size() / steps + page - 1) / page * page;
         nanoseconds cpu{0};
+        bool first = true;
         const auto timed = [&](auto call) {
-            if (cold) std::this_thread::sleep_for(interval);
+            if (cold || first) std::this_thread::sleep_for(interval);
+            first = false;
             const nanoseconds start = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
-            call();
+            const int result = call();
             cpu += cpu_clock(CLOCK_THREAD_CPUTIME_ID) - start;
+            if (result != 0) die("cold steps: munmap or close");
         };
         for (std::size_t at = 0; at < range.size(); at += step)
-            timed([&] { ::munmap(range.data() + at, std::min(step, range.size() - at)); });
-        timed([&] { ::close(parts.fd.release()); });
+            timed([&] { return ::munmap(range.data() + at, std::min(step, range.size() - at)); });
+        timed([&] { return ::close(parts.fd.release()); });
         (cold ? cold_us : warm_us).push_back(to_ms(cpu) * 1e3);
     }
     const double warm = median_of(warm_us), cold = median_of(cold_us);
     return {{"pool_bytes", static_cast<double>(bytes), 0}, {"steps", static_cast<double>(steps), 0},
             {"warm_cpu_per_pool_us", warm, 1}, {"cold_cpu_per_pool_us", cold, 1},
-            {"cold_cost_per_call_us", (cold - warm) / static_cast<double>(steps + 1), 1}};
+            {"cold_cost_per_call_us", (cold - warm) / static_cast<double>(steps), 1}};
 }
 
 /// The library's own overhead (null_os: the bookkeeping target), and beside it the step cost with the
@@ -631,7 +643,8 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
     out.push_back(target("munmap cpu p50 unmap-first / close-first", number(at("unmap-first"), "munmap_cpu_p50_us") / number(at("close-first"), "munmap_cpu_p50_us"), 0.4));
     out.push_back(target("cpu queue / unmap-first", number(at("queue"), "cpu_per_pool_us") / number(at("unmap-first"), "cpu_per_pool_us"), 1.10));
     // The same less the frame loop's own CPU: the queue runs more frames before memory is back than
-    // unmap-first's one, and each vblank wake-up costs CPU that a compositor spends anyway.
+    // unmap-first's one, and each vblank wake-up costs CPU that a compositor whose screen changes
+    // spends anyway (an idle one wakes for the idle timer's drains instead, at max_delay apart).
     out.push_back(target("teardown cpu queue / unmap-first",
                          number(at("queue"), "teardown_cpu_per_pool_us") / number(at("unmap-first"), "teardown_cpu_per_pool_us"), 1.10));
     out.push_back(target("cpu queue / queue/2MiB", number(at("queue"), "cpu_per_pool_us") / number(at("queue/2MiB"), "cpu_per_pool_us"), 1.0));
@@ -716,14 +729,15 @@ void print_results(const std::vector<row>& rows, const row& overhead, const std:
     print_targets(goals);
 }
 
-}  // namespace
-
 void print_cold_steps(const row& cold) {
-    std::printf("\ncold calls (CPU time per %.0f-byte pool torn down in %.0f munmaps and a close): %.1f us back to back, "
-                "%.1f us with a frame's sleep before each call: %.1f us more per call\n",
+    std::printf("\ncold calls (CPU time per %.0f-byte pool torn down in %.0f munmaps and a close, the first after a "
+                "frame's sleep): %.1f us with the rest back to back, %.1f us with a frame's sleep before each: "
+                "%.1f us more per call\n",
                 number(&cold, "pool_bytes"), number(&cold, "steps"), number(&cold, "warm_cpu_per_pool_us"),
                 number(&cold, "cold_cpu_per_pool_us"), number(&cold, "cold_cost_per_call_us"));
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
     const settings cfg = parse(argc, argv);
