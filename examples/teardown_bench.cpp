@@ -7,9 +7,10 @@
 // (its latency with no teardown is the baseline). --firefox-focus adds a client that drops a ~30 MiB
 // buffer every frame for a second. CPU is the process's, and beside it the same less the frame loop's
 // own (a strategy that takes more frames to give memory back wakes more often; a compositor whose
-// screen changes runs those frames anyway, an idle one wakes for the queue's idle timer instead). A microbenchmark measures the queue's own overhead (no syscalls), and 24 more
-// pools of one size are torn down, half with their calls back to back and half with a frame's sleep
-// before each, to show what a call costs with caches gone cold.
+// screen changes runs those frames anyway, an idle one wakes for the queue's idle timer instead).
+// A microbenchmark measures the queue's own overhead (no syscalls), and 24 more pools of one size are
+// torn down, half with their calls back to back and half with a frame's sleep before each, to show
+// what a call costs with caches gone cold.
 //
 // Strategies: close-first (close, then munmap: today's KWin), unmap-first, thread-drop (each pool
 // handed whole to one dropping thread: Smithay), queue (drain a budget per frame), queue+worker
@@ -316,7 +317,8 @@ struct totals {
         max_frame_close_us = std::max(max_frame_close_us, c.max_frame_close_us);
         cpu_per_pool_us.push_back(r.cpu_ms * 1e3 / static_cast<double>(pools));
         teardown_cpu_per_pool_us.push_back(r.teardown_cpu_ms * 1e3 / static_cast<double>(pools));
-        loop_cpu_per_frame_us.push_back(to_ms(r.frames.loop_cpu) * 1e3 / static_cast<double>(std::max<std::size_t>(1, r.frames.frames.size())));
+        const auto frames = static_cast<double>(std::max<std::size_t>(1, r.frames.frames.size()));
+        loop_cpu_per_frame_us.push_back(to_ms(r.frames.loop_cpu) * 1e3 / frames);
         double frame_total = 0;
         for (const auto& f : r.frames.frames) {
             frame_total += to_ms(f.teardown);
