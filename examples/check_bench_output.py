@@ -97,6 +97,9 @@ def check_teardown(data, tool_args):
         check_numbers("cold_steps", c, ["pool_bytes", "steps", "warm_cpu_per_pool_us", "cold_cpu_per_pool_us"])
         per_call = c.get("cold_cost_per_call_us")
         check(isinstance(per_call, (int, float)) and math.isfinite(per_call), f"cold_steps: bad cold_cost_per_call_us {per_call!r}")
+    check(len(data.get("frame_loop", [])) == 1, "no frame_loop section")
+    for f in data.get("frame_loop", []):
+        check_numbers("frame_loop", f, ["idle_frame_cpu_us"])
     check(len(data.get("overhead", [])) == 1, "no overhead section")
     for o in data.get("overhead", []):
         check_numbers("overhead", o, OVERHEAD_FIELDS)

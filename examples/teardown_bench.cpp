@@ -5,12 +5,13 @@
 // drift hits all alike. Each strategy runs twice per round: once alone (syscall times, CPU, frame
 // thread time) and once beside a contention probe, a thread doing mmap+touch+munmap in a tight loop
 // (its latency with no teardown is the baseline). --firefox-focus adds a client that drops a ~30 MiB
-// buffer every frame for a second. CPU is the process's, and beside it the same less the frame loop's
-// own (a strategy that takes more frames to give memory back wakes more often; a compositor whose
-// screen changes runs those frames anyway, an idle one wakes for the queue's idle timer instead).
-// A microbenchmark measures the queue's own overhead (no syscalls), and 24 more pools of one size are
-// torn down, half with their calls back to back and half with a frame's sleep before each, to show
-// what a call costs with caches gone cold.
+// buffer every frame for a second. CPU is the process's, and beside it the same less what as many
+// frames cost with nothing to tear down (a strategy that takes more frames to give memory back wakes
+// more often; a compositor whose screen changes runs those frames anyway, an idle one wakes for the
+// queue's idle timer instead).
+// A microbenchmark measures the queue's own overhead (no syscalls), and 80 more pools of one size are
+// torn down, each with its first call after a frame's sleep and the rest back to back (half of them)
+// or each after such a sleep too (the other half), to show what a call costs with caches gone cold.
 //
 // Strategies: close-first (close, then munmap: today's KWin), unmap-first, thread-drop (each pool
 // handed whole to one dropping thread: Smithay), queue (drain a budget per frame), queue+worker
@@ -245,7 +246,7 @@ struct run_result {
     call_times calls;
     frame_run frames;
     double cpu_ms = 0;           ///< the whole process's CPU time from the burst until memory was back
-    double teardown_cpu_ms = 0;  ///< the same less the frame loop's own (frame_run::loop_cpu)
+    double teardown_cpu_ms = 0;  ///< the same less what as many frames cost with nothing to tear down
     nanoseconds wall{0};  ///< from the burst until everything was back
     std::optional<du::reclaim_stats> queue;  ///< the queued strategies' own totals
 };
@@ -264,8 +265,8 @@ std::vector<std::vector<pool>> make_batches(const scenario& sc) {
 /// Tears one batch down with strategy `s`. With a probe, the probe records from the burst until
 /// `probe_window` has passed or everything is back, whichever is later, so every strategy's probe
 /// sees a stretch of time of the same length.
-run_result run_once(strategy s, const scenario& sc, const settings& cfg, contention_probe* probe,
-                    nanoseconds probe_window = {}) {
+run_result run_once(strategy s, const scenario& sc, const settings& cfg, nanoseconds idle_frame_cpu,
+                    contention_probe* probe, nanoseconds probe_window = {}) {
     auto batches = make_batches(sc);
     const auto ranges = ranges_of(batches);
     auto engine = make_engine(s, cfg.queue());
@@ -278,7 +279,7 @@ run_result run_once(strategy s, const scenario& sc, const settings& cfg, content
     run_result r;
     r.frames = run_frames(*engine, batches, {.interval = cfg.interval()});
     r.cpu_ms = to_ms(process_cpu() - cpu_before);
-    r.teardown_cpu_ms = r.cpu_ms - to_ms(r.frames.loop_cpu);
+    r.teardown_cpu_ms = r.cpu_ms - to_ms(idle_frame_cpu * static_cast<std::int64_t>(r.frames.frames.size()));
     r.wall = steady::now() - start;
     if (probe) {
         std::this_thread::sleep_until(start + probe_window);
@@ -445,7 +446,7 @@ void progress_line(const scenario& sc, std::size_t round, strategy s, const char
 
 /// Each round runs every strategy alone, then every strategy beside the probe, the order rotating per
 /// round. Probe windows last as long as the slowest strategy of the round took to give memory back.
-std::vector<row> run_scenario(const scenario& sc, const settings& cfg, contention_probe* probe) {
+std::vector<row> run_scenario(const scenario& sc, const settings& cfg, nanoseconds idle_frame_cpu, contention_probe* probe) {
     if (!sc.probe) probe = nullptr;
     constexpr std::size_t n = std::size(all_strategies);
     std::vector<totals> clean(n), probed(n);
@@ -456,7 +457,7 @@ std::vector<row> run_scenario(const scenario& sc, const settings& cfg, contentio
         for (std::size_t k = 0; k < n; ++k) {
             const std::size_t i = (k + round) % n;  // rotate who goes first
             progress_line(sc, round, all_strategies[i], "");
-            const run_result r = run_once(all_strategies[i], sc, cfg, nullptr);
+            const run_result r = run_once(all_strategies[i], sc, cfg, idle_frame_cpu, nullptr);
             window = std::max(window, r.wall);
             clean[i].add(r, sc.pools, budget_ms);
         }
@@ -464,7 +465,7 @@ std::vector<row> run_scenario(const scenario& sc, const settings& cfg, contentio
         for (std::size_t k = 0; k < n; ++k) {
             const std::size_t i = (k + round) % n;
             progress_line(sc, round, all_strategies[i], " + probe");
-            const run_result r = run_once(all_strategies[i], sc, cfg, probe, window);
+            const run_result r = run_once(all_strategies[i], sc, cfg, idle_frame_cpu, probe, window);
             probed[i].add(r, sc.pools, budget_ms);
             probed[i].add_probe(*probe, r);
         }
@@ -572,6 +573,19 @@ row measure_overhead_with() {
             {"allocations_per_push_and_drain", static_cast<double>(allocations) / (items * rounds), 3}};
 }
 
+// ---- the frame loop with nothing to tear down ----------------------------------------------------
+
+/// The frame thread's CPU per frame when no pool dies: its wake-up each vblank and the loop itself.
+/// Teardown CPU takes this out once per frame a strategy ran, the same for every strategy, so CPU
+/// the kernel charges to the frame thread later for a teardown (deferred frees) still counts.
+nanoseconds measure_idle_frame_cpu(const settings& cfg) {
+    constexpr std::size_t frames = 120;
+    auto engine = make_engine(strategy::unmap_first, cfg.queue());
+    std::vector<std::vector<pool>> nothing;
+    const frame_run run = run_frames(*engine, nothing, {.interval = cfg.interval(), .tail_frames = frames - 1});
+    return run.loop_cpu / static_cast<std::int64_t>(std::max<std::size_t>(1, run.frames.size()));
+}
+
 // ---- cold steps: what a call costs after the thread slept a frame ---------------------------------
 
 /// CPU time per pool of a teardown in `steps` munmaps and a close: each pool's first call after a
@@ -580,7 +594,7 @@ row measure_overhead_with() {
 /// after the first, is what a call pays for caches and TLBs gone cold while the thread slept. Every
 /// pool is made before any is torn down, and the two ways alternate, so both see pools alike.
 row measure_cold_steps(std::size_t bytes, std::size_t steps, nanoseconds interval) {
-    constexpr std::size_t pools_each = 12;
+    constexpr std::size_t pools_each = 40;
     const std::size_t page = du::detail::page_size();
     std::vector<pool> pools = make_pools(2 * pools_each, bytes);
     std::vector<double> warm_us, cold_us;
@@ -644,9 +658,9 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
     out.push_back(target("munmap p50 unmap-first / close-first", number(at("unmap-first"), "munmap_p50_us") / number(at("close-first"), "munmap_p50_us"), 0.4));
     out.push_back(target("munmap cpu p50 unmap-first / close-first", number(at("unmap-first"), "munmap_cpu_p50_us") / number(at("close-first"), "munmap_cpu_p50_us"), 0.4));
     out.push_back(target("cpu queue / unmap-first", number(at("queue"), "cpu_per_pool_us") / number(at("unmap-first"), "cpu_per_pool_us"), 1.10));
-    // The same less the frame loop's own CPU: the queue runs more frames before memory is back than
-    // unmap-first's one, and each vblank wake-up costs CPU that a compositor whose screen changes
-    // spends anyway (an idle one wakes for the idle timer's drains instead, at max_delay apart).
+    // The same less what its frames cost with nothing to tear down: the queue runs more frames before
+    // memory is back than unmap-first's one, and each vblank wake-up costs CPU that a compositor whose
+    // screen changes spends anyway (an idle one wakes for the idle timer's drains instead).
     out.push_back(target("teardown cpu queue / unmap-first",
                          number(at("queue"), "teardown_cpu_per_pool_us") / number(at("unmap-first"), "teardown_cpu_per_pool_us"), 1.10));
     out.push_back(target("cpu queue / queue/2MiB", number(at("queue"), "cpu_per_pool_us") / number(at("queue/2MiB"), "cpu_per_pool_us"), 1.0));
@@ -750,17 +764,20 @@ int main(int argc, char** argv) {
                 static_cast<double>(cfg.burst_bytes) / (1 << 20));
     const row overhead = measure_overhead();
     const row cold_steps = measure_cold_steps(target_pool_bytes(cfg), 3, cfg.interval());
+    const nanoseconds idle_frame_cpu = measure_idle_frame_cpu(cfg);
     std::unique_ptr<contention_probe> probe;
     if (!cfg.no_probe) probe = std::make_unique<contention_probe>();
     std::vector<row> rows;
     for (const auto& sc : scenarios(cfg)) {
-        auto part = run_scenario(sc, cfg, probe.get());
+        auto part = run_scenario(sc, cfg, idle_frame_cpu, probe.get());
         rows.insert(rows.end(), part.begin(), part.end());
     }
     probe.reset();
     const auto goals = targets(rows, overhead, cfg);
     print_results(rows, overhead, goals, cfg);
     print_cold_steps(cold_steps);
+    std::printf("frame loop with nothing to tear down: %.1f us of CPU per frame (taken out of \"less frame loop\")\n",
+                to_ms(idle_frame_cpu) * 1e3);
     if (!cfg.csv.empty()) write_csv(cfg.csv, rows);
     const row settings{{"budget_us", static_cast<double>(cfg.budget_us), 0},
                        {"hz", static_cast<double>(cfg.hz), 0},
@@ -770,7 +787,8 @@ int main(int argc, char** argv) {
                        {"burst_bytes", static_cast<double>(cfg.burst_bytes), 0}};
     if (!cfg.json.empty())
         write_json(cfg.json, machine,
-                   {{"settings", {settings}}, {"rows", rows}, {"overhead", {overhead}}, {"cold_steps", {cold_steps}}, {"targets", goals}});
+                   {{"settings", {settings}}, {"rows", rows}, {"overhead", {overhead}}, {"cold_steps", {cold_steps}},
+                    {"frame_loop", {row{{"idle_frame_cpu_us", to_ms(idle_frame_cpu) * 1e3, 1}}}}, {"targets", goals}});
     if (call_log::overflowed()) std::fprintf(stderr, "teardown_bench: call log overflowed; figures incomplete\n");
 }
 
