@@ -319,7 +319,7 @@ struct totals {
         cpu_per_pool_us.push_back(r.cpu_ms * 1e3 / static_cast<double>(pools));
         teardown_cpu_per_pool_us.push_back(r.teardown_cpu_ms * 1e3 / static_cast<double>(pools));
         const auto frames = static_cast<double>(std::max<std::size_t>(1, r.frames.frames.size()));
-        loop_cpu_per_frame_us.push_back(to_ms(r.frames.loop_cpu) * 1e3 / frames);
+        loop_cpu_per_frame_us.push_back(to_us(r.frames.loop_cpu) / frames);
         double frame_total = 0;
         for (const auto& f : r.frames.frames) {
             frame_total += to_ms(f.teardown);
@@ -616,7 +616,7 @@ row measure_cold_steps(std::size_t bytes, std::size_t steps, nanoseconds interva
         for (std::size_t at = 0; at < range.size(); at += step)
             timed([&] { return ::munmap(range.data() + at, std::min(step, range.size() - at)); });
         timed([&] { return ::close(parts.fd.release()); });
-        (cold ? cold_us : warm_us).push_back(to_ms(cpu) * 1e3);
+        (cold ? cold_us : warm_us).push_back(to_us(cpu));
     }
     const double warm = median_of(warm_us), cold = median_of(cold_us);
     return {{"pool_bytes", static_cast<double>(bytes), 0}, {"steps", static_cast<double>(steps), 0},
@@ -775,9 +775,10 @@ int main(int argc, char** argv) {
     probe.reset();
     const auto goals = targets(rows, overhead, cfg);
     print_results(rows, overhead, goals, cfg);
+    const row frame_loop{{"idle_frame_cpu_us", to_us(idle_frame_cpu), 1}};
     print_cold_steps(cold_steps);
     std::printf("frame loop with nothing to tear down: %.1f us of CPU per frame (taken out of \"less frame loop\")\n",
-                to_ms(idle_frame_cpu) * 1e3);
+                number(&frame_loop, "idle_frame_cpu_us"));
     if (!cfg.csv.empty()) write_csv(cfg.csv, rows);
     const row settings{{"budget_us", static_cast<double>(cfg.budget_us), 0},
                        {"hz", static_cast<double>(cfg.hz), 0},
@@ -788,7 +789,7 @@ int main(int argc, char** argv) {
     if (!cfg.json.empty())
         write_json(cfg.json, machine,
                    {{"settings", {settings}}, {"rows", rows}, {"overhead", {overhead}}, {"cold_steps", {cold_steps}},
-                    {"frame_loop", {row{{"idle_frame_cpu_us", to_ms(idle_frame_cpu) * 1e3, 1}}}}, {"targets", goals}});
+                    {"frame_loop", {frame_loop}}, {"targets", goals}});
     if (call_log::overflowed()) std::fprintf(stderr, "teardown_bench: call log overflowed; figures incomplete\n");
 }
 
