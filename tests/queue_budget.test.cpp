@@ -68,6 +68,82 @@ TEST_CASE("queue: drain never starts a step predicted not to fit") {
     }
 }
 
+// Six 3 MiB pools: each a 151 us munmap and a 451 us close, against drains of 500 us.
+struct close_heavy_burst {
+    static constexpr auto budget = 500us;
+    static constexpr int pools = 6;
+    static constexpr auto per_pool = 602us;
+};
+
+TEST_CASE("queue: a close that does not fit waits for the next drain while this one unmaps the next pool") {
+    scripted_costs();
+    scripted_queue q{inline_mode({.prior = exact_model()})};
+    std::vector<const void*> addrs;
+    std::vector<int> fds;
+    for (int i = 0; i < close_heavy_burst::pools; ++i) {
+        auto region = dt::make_region(3 * mib);
+        addrs.push_back(region.data());
+        fds.push_back(region.fd());
+        q.push(std::move(region));
+    }
+    const std::size_t seen = dt::script().calls().size();
+    const auto first = q.drain(close_heavy_burst::budget);
+    CHECK(first.steps == 2);  // the second pool's munmap, not an empty rest of the budget
+    CHECK(first.fds_closed == 0);
+    CHECK(first.elapsed <= close_heavy_burst::budget);
+    CHECK(q.pending_bytes() == 4 * 3 * mib);
+    const auto second = q.drain(close_heavy_burst::budget);
+    REQUIRE(second.steps >= 1);
+    REQUIRE(dt::script().calls()[seen + 2].op == call_kind::close);
+    CHECK(dt::script().calls()[seen + 2].fd == fds[0]);  // the waiting close goes first
+    int drains = 2;
+    while (!q.empty()) {
+        const auto report = q.drain(close_heavy_burst::budget);
+        if (report.steps > 1) CHECK(report.elapsed <= close_heavy_burst::budget);
+        ++drains;
+    }
+    // Closes in push order, each after its pool's munmap, munmaps in push order too.
+    std::vector<int> closes;
+    std::vector<const void*> unmaps;
+    for (const auto& c : dt::script().calls()) {
+        if (c.op == call_kind::close) closes.push_back(c.fd);
+        if (c.op == call_kind::unmap) {
+            unmaps.push_back(c.addr);
+            CHECK(closes.size() < unmaps.size());
+        }
+    }
+    CHECK(closes == fds);
+    CHECK(unmaps == addrs);
+    // Within 1.2 x work / budget + 2 drains: one close and one munmap a drain (two drains a pool) would
+    // take 12.
+    const double work = close_heavy_burst::pools * std::chrono::duration<double>(close_heavy_burst::per_pool) /
+                        std::chrono::duration<double>(close_heavy_burst::budget);
+    CHECK(drains <= static_cast<int>(1.2 * work + 2.0));
+}
+
+TEST_CASE("queue: a close waiting for the next drain keeps next_deadline and pending_items") {
+    scripted_costs();
+    scripted_queue q{inline_mode({.max_delay = 100ms, .prior = exact_model()})};
+    auto region = dt::make_region(3 * mib);
+    const int fd = region.fd();
+    q.push(std::move(region));
+    auto bare = dt::make_region(3 * mib);
+    auto [bare_fd, bare_map] = bare.release();
+    q.push(std::move(bare_map));  // done once unmapped: nothing of it waits
+    const auto report = q.drain(close_heavy_burst::budget);
+    REQUIRE(report.steps == 2);
+    CHECK(report.bytes_unmapped == 6 * mib);
+    CHECK(q.pending_items() == 1);
+    CHECK(!q.empty());
+    CHECK(q.next_deadline() != scripted_queue::time_point::max());
+    CHECK(q.stats().items_reclaimed == 1);
+    dt::manual_clock::advance(100ms);
+    CHECK(q.drain(4ms).fds_closed == 1);
+    CHECK(dt::script().calls().back().fd == fd);
+    CHECK(q.empty());
+    CHECK(q.next_deadline() == scripted_queue::time_point::max());
+}
+
 TEST_CASE("queue: overshoot is at most one step when the model underestimates") {
     auto& os = scripted_costs();
     os.unmap_ns_per_byte = unmap_rate * 4;  // the machine is four times slower than the prior says

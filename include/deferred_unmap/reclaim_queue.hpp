@@ -1,7 +1,9 @@
 // deferred_unmap/reclaim_queue.hpp - dead shm pools, torn down a budgeted slice per frame.
 //
-// Guarantees: every pushed item is torn down exactly once, oldest first, mapping before descriptor,
-// even when the queue cannot grow (then everything older goes first, on the pushing thread). Work is
+// Guarantees: every pushed item is torn down exactly once, mapping before descriptor, munmaps oldest
+// first and closes oldest first, even when the queue cannot grow (then everything older goes first, on
+// the pushing thread). A close that does not fit what is left of a drain waits to go first in the next
+// one while this drain unmaps the next item, so a long close does not leave a budget unused. Work is
 // cut into steps (one munmap predicted to hold mmap_lock at most max_step, or one close) whose cost a
 // model learned online predicts. Without drain_pause the steps of one drain run back to back, so
 // another thread's mmap may wait for the whole drain, not one step. drain(budget) starts a step only
@@ -107,7 +109,8 @@ public:
     /// Takes a descriptor; `bytes_hint` (the memfd's size, if known) lets drain predict its close.
     void push(unique_fd_type&& fd, std::size_t bytes_hint = 0) noexcept { enqueue({nullptr, 0, 0, fd.release(), bytes_hint}); }
 
-    /// Runs steps, oldest item first, while each predicted step fits what is left of `budget`; the first
+    /// Runs steps, oldest item first (a close that does not fit waits for the next run, one at most,
+    /// while later munmaps go on), while each predicted step fits what is left of `budget`; the first
     /// step always runs. drain(0) does nothing. Blocks for about `budget` plus one step (or one late
     /// wake-up from drain_pause), never longer waiting for another thread's steps (then report.busy).
     /// Never throws, never allocates (except to hand a close to a full worker ring). With

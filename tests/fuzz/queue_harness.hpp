@@ -5,7 +5,8 @@
 // The reference does not trust the queue's log: it knows the items pushed, oldest first, and for each
 // call scripted_os records it asks "is this the one call the queue may make now?" (the next chunk of
 // the oldest unfinished item at the right address and length, or the fallback munmap of the whole rest
-// after a failed chunk, or the oldest item's close once its mapping is gone). It replays drain's budget
+// after a failed chunk, or the oldest item's close once its mapping is gone; a close that did not fit an
+// inline drain waits aside, goes first in the next run, and no newer close goes before it). It replays drain's budget
 // decisions with its own copy of the cost model, so a step started that was predicted not to fit, or a
 // step skipped that would have fit, is a divergence. After each operation it compares pending bytes and
 // items, the model, stats() and next_deadline(), and the script's open descriptors, mapped bytes and
@@ -127,6 +128,7 @@ struct run_counts {
     std::uint64_t pauses_checked = 0;   ///< pauses matched against the reference
     std::uint64_t drains_until = 0;     ///< drain_until calls (only with a drain_pause)
     std::uint64_t pauses_cut = 0;       ///< pauses after which the next step no longer fit
+    std::uint64_t closes_set_aside = 0; ///< closes that did not fit an inline drain and waited for the next
 };
 
 /// The chunk size the queue uses for a requested unmap_chunk_bytes: whole pages, at least one, and
@@ -288,7 +290,7 @@ private:
         queue_.reset();  // flushes, then joins the worker
         auto log = take_log();
         if (!consume_lenient(log, site::flush)) return false;
-        if (!items_.empty() || !handed_.empty()) return fail("destructor left items unreclaimed");
+        if (items_ref() != 0 || !handed_.empty()) return fail("destructor left items unreclaimed");
         auto& os = dt::script();
         if (os.open_fds() != 0) return fail("destructor left descriptors open: " + std::to_string(os.open_fds()));
         if (os.mapped_bytes() != leaked_) return fail("mapped bytes after destructor " + std::to_string(os.mapped_bytes()) + " != leaked " + std::to_string(leaked_));
@@ -349,7 +351,7 @@ private:
         ++counts_.items;
         const std::size_t before = pending_bytes_ref();
         const auto pushed_at = dt::manual_clock::now();  // a push over the cap moves the clock
-        if (items_.empty()) waiting_since_ = pushed_at;
+        if (items_ref() == 0) waiting_since_ = pushed_at;
         push();
         items_.push_back(it);
         ++expected_.items_pushed;
@@ -409,17 +411,26 @@ private:
         std::size_t steps = 0, handed = 0, closed = 0, unmapped = 0, errors = 0;
         ns elapsed{0};
         bool last_was_unmap = false;  // this drain's previous step was a munmap (a hand-off in between is no step)
-        while (!items_.empty()) {
+        aside_due_ = aside_.has_value();
+        while (aside_due_ || !items_.empty()) {
+            if (!aside_due_ && aside_ && !unmapping(items_.front())) break;  // no close overtakes the one aside
             if (options_.close_on_worker && !unmapping(items_.front())) {
                 hand_off();
                 ++handed;
                 if (elapsed >= budget) break;
                 continue;
             }
+            const ref_item& next = aside_due_ ? *aside_ : items_.front();
             const bool free_step = !until && steps == 0;
-            const bool sleep_first = options_.drain_pause > ns{0} && last_was_unmap && unmapping(items_.front());
-            const ns step = predict(items_.front());
+            const bool sleep_first = options_.drain_pause > ns{0} && last_was_unmap && unmapping(next);
+            const ns step = predict(next);
             if (!free_step && !fits(elapsed, sleep_first ? expected_pause_ : ns{0}, step, budget)) {
+                if (!aside_ && !unmapping(next)) {  // with close_on_worker, closes never get here
+                    aside_ = items_.front();  // waits for the next run; this one goes on to the next item
+                    items_.pop_front();
+                    ++counts_.closes_set_aside;
+                    continue;
+                }
                 if (sleep_first && fits(elapsed, ns{0}, step, budget)) doubt_pause_ref();
                 break;
             }
@@ -433,7 +444,7 @@ private:
                     break;
                 }
             }
-            last_was_unmap = unmapping(items_.front());
+            last_was_unmap = unmapping(next);
             step_result r;
             if (!run_step(log, pos, site::drain, r)) return false;
             ++steps;
@@ -536,7 +547,7 @@ private:
     bool flush() {
         queue_->flush();
         if (!consume_lenient(take_log(), site::flush)) return false;
-        if (!items_.empty() || !handed_.empty()) return fail("flush left items");
+        if (items_ref() != 0 || !handed_.empty()) return fail("flush left items");
         if (queue_->pending_items() != 0 || queue_->pending_bytes() != 0) return fail("flush: queue not empty");
         return check("flush") && check_stats_exact("flush");
     }
@@ -645,8 +656,9 @@ private:
         for (const auto& it : items_) total += it.length - it.unmapped;
         return total;
     }
+    [[nodiscard]] std::size_t items_ref() const noexcept { return items_.size() + (aside_ ? 1 : 0); }
     [[nodiscard]] std::size_t open_fds_ref() const noexcept {
-        std::size_t total = handed_.size();
+        std::size_t total = handed_.size() + (aside_ ? 1 : 0);
         for (const auto& it : items_) total += it.fd >= 0 ? 1 : 0;
         return total;
     }
@@ -709,9 +721,12 @@ private:
         return buf;
     }
 
-    // One step of the oldest item, as the queue must make it, checked against the log.
+    // The item whose step the queue must make next: a close set aside in an earlier run, else the oldest.
+    ref_item& next_item() { return aside_due_ ? *aside_ : items_.front(); }
+
+    // One step of the next item, as the queue must make it, checked against the log.
     bool run_step(const std::vector<logged>& log, std::size_t& pos, site where, step_result& r) {
-        ref_item& it = items_.front();
+        ref_item& it = next_item();
         const logged* l = next_from(log, pos, main_thread_);
         if (!failure_.empty()) return false;
         if (l == nullptr) return fail("the queue stopped before a step the reference expected (" + std::string(unmapping(it) ? "munmap" : "close") + ")");
@@ -760,7 +775,7 @@ private:
             }
             it.unmapped += l.call.result == 0 ? chunk : rest;
             expected_.bytes_unmapped += r.unmapped;
-            if (!unmapping(it) && it.fd < 0) complete_front();
+            if (!unmapping(it) && it.fd < 0) complete(it);
             return true;
         }
         if (l.call.op != call_kind::close || l.call.fd != it.fd) return fail("expected close(" + std::to_string(it.fd) + "), got " + describe(l.call));
@@ -771,12 +786,17 @@ private:
             ++r.errors;
             ++expected_.close_errors;
         }
-        complete_front();
+        complete(it);
         return true;
     }
 
-    void complete_front() {
-        items_.pop_front();
+    void complete(const ref_item& it) {
+        if (aside_due_ && &it == &*aside_) {
+            aside_.reset();
+            aside_due_ = false;
+        } else {
+            items_.pop_front();
+        }
         ++expected_.items_reclaimed;
     }
 
@@ -784,8 +804,9 @@ private:
     bool simulate_cap() {
         std::vector<logged> log = take_log();
         std::size_t pos = 0;
-        while (pending_bytes_ref() > options_.max_pending_bytes && !items_.empty()) {
-            if (options_.close_on_worker && !unmapping(items_.front())) {
+        aside_due_ = aside_.has_value();
+        while (pending_bytes_ref() > options_.max_pending_bytes && (aside_due_ || !items_.empty())) {
+            if (!aside_due_ && options_.close_on_worker && !unmapping(items_.front())) {
                 hand_off();
                 continue;
             }
@@ -798,6 +819,7 @@ private:
     // Calls whose thread and timing the reference cannot foresee (flush, destructor, worker unmaps):
     // each must still be the one call allowed next.
     bool consume_lenient(const std::vector<logged>& log, site where) {
+        aside_due_ = aside_.has_value();
         for (std::size_t pos = 0; pos < log.size();) {
             if (where != site::flush && fallback_pending(log, pos)) {
                 carried_.assign(log.begin() + static_cast<std::ptrdiff_t>(pos), log.end());  // seen next time
@@ -811,13 +833,13 @@ private:
                 continue;
             }
             // An item whose close went to the worker, seen only through a later item's call.
-            while (!items_.empty() && options_.close_on_worker && !unmapping(items_.front()) &&
+            while (!aside_due_ && !items_.empty() && options_.close_on_worker && !unmapping(items_.front()) &&
                    !(l.call.op == call_kind::close && l.call.fd == items_.front().fd))
                 hand_off();
-            if (items_.empty()) return fail("a call with nothing pending: " + describe(l.call));
+            if (!aside_due_ && items_.empty()) return fail("a call with nothing pending: " + describe(l.call));
             step_result r;
             const std::size_t before = pending_bytes_ref();
-            if (!apply_step(items_.front(), l, log, pos, r)) return false;
+            if (!apply_step(next_item(), l, log, pos, r)) return false;
             // The worker's last step may be logged but not yet subtracted from pending_bytes().
             if (l.call.thread != main_thread_) last_worker_advance_ = before - pending_bytes_ref();
             if (l.call.thread == main_thread_) {
@@ -840,7 +862,7 @@ private:
         const std::size_t q_items = queue_->pending_items();
         if (!async) {
             if (q_bytes != pending_bytes_ref()) return fail(what + ": pending_bytes " + std::to_string(q_bytes) + " != model " + std::to_string(pending_bytes_ref()));
-            if (q_items != items_.size()) return fail(what + ": pending_items " + std::to_string(q_items) + " != model " + std::to_string(items_.size()));
+            if (q_items != items_ref()) return fail(what + ": pending_items " + std::to_string(q_items) + " != model " + std::to_string(items_ref()));
             if (os.open_fds() != open_fds_ref()) return fail(what + ": open descriptors differ from the model");
             if (os.mapped_bytes() != pending_bytes_ref() + leaked_) return fail(what + ": mapped bytes differ from the model");
             if (!check_stats_exact(what)) return false;
@@ -873,7 +895,7 @@ private:
 
     [[nodiscard]] dt::manual_clock::time_point expected_deadline() const noexcept {
         using tp = dt::manual_clock::time_point;
-        if (items_.empty()) return tp::max();
+        if (items_ref() == 0) return tp::max();
         const tp from = std::max(waiting_since_, last_drain_);
         // Saturates: a max_delay of "forever" means no deadline, not an overflow; a negative one is zero.
         const ns delay = std::max(options_.max_delay, ns{0});
@@ -925,6 +947,8 @@ private:
     du::cost_model model_;
     du::reclaim_stats expected_;
     std::deque<ref_item> items_;
+    std::optional<ref_item> aside_;  // an unmapped item whose close did not fit an inline drain
+    bool aside_due_ = false;         // aside_ was set before this run: its close is the run's next step
     std::deque<int> handed_;  // descriptors handed to the worker, not yet closed
     dt::manual_clock::time_point last_drain_{};
     dt::manual_clock::time_point waiting_since_{};  // when a push found nothing waiting for a drain

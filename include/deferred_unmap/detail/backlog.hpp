@@ -63,7 +63,7 @@ public:
     /// when it cannot grow. Reads the clock only when the push starts a wait or a burst.
     bool push(const reclaim_item& it) DU_EXCLUDES(mutex_) {
         lock_guard lock(mutex_);
-        const bool nothing_waits = items_.empty() && !in_flight_;
+        const bool nothing_waits = items_.empty() && in_flight_ == 0;
         if (!items_.push_back(it)) return false;
         const bool burst_starts = pending_items() == 0;
         if (nothing_waits || burst_starts) {
@@ -82,8 +82,8 @@ public:
         return true;
     }
 
-    /// Makes the oldest waiting item the one in flight. False when nothing waits, which also ends a
-    /// hand-over to the worker (it has nothing left to do).
+    /// Puts the oldest waiting item in flight (beside, at most, one whose close was set aside). False
+    /// when nothing waits, which also ends a hand-over to the worker (it has nothing left to do).
     bool pop(reclaim_item& out) DU_EXCLUDES(mutex_) {
         lock_guard lock(mutex_);
         if (items_.empty()) {
@@ -91,14 +91,14 @@ public:
             return false;
         }
         out = items_.pop_front();
-        in_flight_ = true;
+        ++in_flight_;
         return true;
     }
 
-    /// The item in flight needs no more steps on this side (done, or its close handed to the worker).
+    /// An item in flight needs no more steps on this side (its close went to the worker).
     void retire() DU_EXCLUDES(mutex_) {
         lock_guard lock(mutex_);
-        in_flight_ = false;
+        --in_flight_;
     }
 
     /// Books one step; `model` is what the stepping thread learned, published for model().
@@ -126,7 +126,7 @@ public:
         }
         model_ = model;
         if (step.item_done) {
-            in_flight_ = false;
+            --in_flight_;
             complete_locked(when);
         }
     }
@@ -184,7 +184,7 @@ public:
     /// False when nothing waits or the worker already has it: then there is nobody to wake.
     bool hand_over() DU_EXCLUDES(mutex_) {
         lock_guard lock(mutex_);
-        if (items_.empty() && !in_flight_) return false;
+        if (items_.empty() && in_flight_ == 0) return false;
         return !handed_over_.exchange(true, std::memory_order_relaxed);
     }
     [[nodiscard]] bool handed_over() const noexcept { return handed_over_.load(std::memory_order_relaxed); }
@@ -192,7 +192,7 @@ public:
     /// See basic_reclaim_queue::next_deadline().
     [[nodiscard]] time_point next_deadline() const DU_EXCLUDES(mutex_) {
         lock_guard lock(mutex_);
-        if ((items_.empty() && !in_flight_) || handed_over()) return time_point::max();
+        if ((items_.empty() && in_flight_ == 0) || handed_over()) return time_point::max();
         const time_point from = std::max(waiting_since_, last_drain_);
         const auto delay = std::chrono::duration_cast<typename Clock::duration>(max_delay_);
         // Saturates: a max_delay too long to add means no deadline, not one in the distant past.
@@ -231,7 +231,7 @@ private:
 
     mutable mutex mutex_;
     ring<reclaim_item> items_ DU_GUARDED_BY(mutex_);
-    bool in_flight_ DU_GUARDED_BY(mutex_) = false;
+    std::size_t in_flight_ DU_GUARDED_BY(mutex_) = 0;  // popped, not done: the current item and a set-aside close
     time_point last_drain_ DU_GUARDED_BY(mutex_){};
     time_point waiting_since_ DU_GUARDED_BY(mutex_){};  // when a push found nothing waiting for a drain
     time_point burst_started_ DU_GUARDED_BY(mutex_){};

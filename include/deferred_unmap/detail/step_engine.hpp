@@ -1,7 +1,7 @@
 // deferred_unmap/detail/step_engine.hpp - one timed step at a time, and the one loop every caller runs.
 //
 // The step lock is held while steps run (by a drain, a flush, a push over the cap, or the unmapping
-// worker); it guards the item in flight and the learned model. A drain never waits for it longer than
+// worker); it guards the items in flight and the learned model. A drain never waits for it longer than
 // its own budget. Lock order: step lock, then the backlog's or the worker's lock, never the reverse.
 #pragma once
 
@@ -114,9 +114,10 @@ public:
         run(limits, report, hand_off);
     }
 
-    /// One step of the oldest item (the unmapping worker). False when nothing was left.
+    /// One step, as a run would make it next (the unmapping worker). False when nothing was left.
     bool step_once() DU_EXCLUDES(mutex_) {
         lock_guard lock(mutex_);
+        aside_due_ = has_aside_;
         if (!load_current()) return false;
         drain_report scratch;
         cpu_mark_ = cpu_now();
@@ -138,13 +139,15 @@ private:
     void run(const step_limits<Clock>& limits, drain_report& report, const hand_off_fn& hand_off) DU_REQUIRES(mutex_) {
         time_point now = Clock::now();
         cpu_mark_ = cpu_now();
+        aside_due_ = has_aside_;
         bool after_unmap = false;  // survives hand-offs: they take no mmap_lock
         while (load_current()) {
             if (limits.until_under_cap && books_.pending_bytes() <= options_.max_pending_bytes) break;
-            if (limits.hand_off && !unmapping() && hand_off && hand_off(current_.fd, current_.close_bytes)) {
+            if (waits_behind_aside()) break;
+            if (limits.hand_off && !unmapping() && hand_off && hand_off(target().fd, target().close_bytes)) {
                 ++report.fds_handed_off;
                 books_.retire();
-                in_flight_ = false;
+                let_go();
                 now = Clock::now();  // so the hand-off is not timed as part of the next step
                 cpu_mark_ = cpu_now();
                 if (now >= limits.deadline) break;  // bare fds pushed without end still stop
@@ -154,6 +157,7 @@ private:
             const bool pausing = after_unmap && unmapping() && limits.unmap_pause > std::chrono::nanoseconds::zero();
             const std::chrono::nanoseconds room = pausing ? expected_pause_ : std::chrono::nanoseconds{0};
             if (!forced && saturating_add<Clock>(saturating_add<Clock>(now, room), predict_next()) > limits.deadline) {
+                if (set_aside()) continue;
                 if (pausing && saturating_add<Clock>(now, predict_next()) <= limits.deadline) doubt_pause(limits.unmap_pause);
                 break;
             }
@@ -189,41 +193,68 @@ private:
         expected_pause_ = std::max(asked, expected_pause_ + (seen - expected_pause_) / 4);
     }
 
-    // Makes the oldest unfinished item current; false when there is none.
+    // Makes sure an item is in flight: the close set aside, else the oldest unfinished item; false when
+    // there is none.
     bool load_current() DU_REQUIRES(mutex_) {
-        if (in_flight_) return true;
+        if (aside_due_ || in_flight_) return true;
         in_flight_ = books_.pop(current_);
         return in_flight_;
     }
 
-    [[nodiscard]] bool unmapping() const DU_REQUIRES(mutex_) { return current_.unmapped < current_.length; }
+    // The item whose step is next: a close set aside in an earlier run goes before anything of a newer
+    // item, so closes stay in push order.
+    [[nodiscard]] reclaim_item& target() DU_REQUIRES(mutex_) { return aside_due_ ? aside_ : current_; }
+    [[nodiscard]] const reclaim_item& target() const DU_REQUIRES(mutex_) { return aside_due_ ? aside_ : current_; }
+
+    // The target needs no more steps here.
+    void let_go() DU_REQUIRES(mutex_) {
+        if (aside_due_) has_aside_ = aside_due_ = false;
+        else in_flight_ = false;
+    }
+
+    // The next step is a close that does not fit: it waits to go first in the next run while this one
+    // goes on to the next item's munmap, so a frame's budget is not left empty behind one long close.
+    // One at most, so a close waits behind no more than one newer item's munmap. False when one waits.
+    bool set_aside() DU_REQUIRES(mutex_) {
+        if (has_aside_ || unmapping()) return false;
+        aside_ = current_;
+        has_aside_ = true;
+        in_flight_ = false;
+        return true;
+    }
+
+    // The current item is down to its close while an older close set aside in this run still waits.
+    [[nodiscard]] bool waits_behind_aside() const DU_REQUIRES(mutex_) { return has_aside_ && !aside_due_ && !unmapping(); }
+
+    [[nodiscard]] bool unmapping() const DU_REQUIRES(mutex_) { return target().unmapped < target().length; }
 
     // The next munmap's length: as many whole pages as the model predicts fit in max_step, at least one
     // page (a step must make progress however slow the model says the machine is), at most
     // min(unmap_chunk_bytes, what is left of the current item).
     [[nodiscard]] std::size_t next_chunk() const DU_REQUIRES(mutex_) {
-        const std::size_t upper = std::min(chunk_bytes_, current_.length - current_.unmapped);
+        const std::size_t upper = std::min(chunk_bytes_, target().length - target().unmapped);
         return std::min(step_bytes(model_, options_.max_step, page_size()), upper);
     }
 
     [[nodiscard]] std::chrono::nanoseconds predict_next() const DU_REQUIRES(mutex_) {
-        return unmapping() ? model_.predict_unmap(next_chunk()) : model_.predict_close(current_.close_bytes);
+        return unmapping() ? model_.predict_unmap(next_chunk()) : model_.predict_close(target().close_bytes);
     }
 
     // Runs the current item's next step, learns from its time and books it; returns the time after.
     time_point timed_step(time_point before, drain_report& report, step_site site) DU_REQUIRES(mutex_) {
+        reclaim_item& it = target();
         step_outcome step;
         step.site = site;
         const std::chrono::nanoseconds cpu_before = cpu_mark_;
         const bool unmap_step = unmapping();
-        const std::size_t bytes = unmap_step ? next_chunk() : current_.close_bytes;
+        const std::size_t bytes = unmap_step ? next_chunk() : it.close_bytes;
         const std::chrono::nanoseconds predicted = unmap_step ? model_.predict_unmap(bytes) : std::chrono::nanoseconds{-1};
         if (unmap_step) {
-            unmap(current_.addr + current_.unmapped, bytes, current_.length - current_.unmapped, step);
-            current_.unmapped += step.advanced;
+            unmap(it.addr + it.unmapped, bytes, it.length - it.unmapped, step);
+            it.unmapped += step.advanced;
         } else {
             step.closed = true;
-            step.close_errors = close_once<Os>(current_.fd, options_.on_error);
+            step.close_errors = close_once<Os>(it.fd, options_.on_error);
         }
         const time_point after = Clock::now();
         step.took = elapsed<Clock>(before, after);
@@ -240,8 +271,8 @@ private:
         if (clean && unmap_step) step.unmap_prediction = {predicted, learned, learned > options_.max_step};
         if (clean && unmap_step) model_.learn_unmap(bytes, learned);
         if (clean && !unmap_step) model_.learn_close(bytes, learned);
-        step.item_done = !unmapping() && (current_.fd < 0 || !unmap_step);
-        if (step.item_done) in_flight_ = false;
+        step.item_done = !unmapping() && (it.fd < 0 || !unmap_step);
+        if (step.item_done) let_go();
         ++report.steps;
         report.bytes_unmapped += step.freed;
         report.fds_closed += step.closed ? 1 : 0;
@@ -284,6 +315,9 @@ private:
     timed_mutex mutex_;
     reclaim_item current_ DU_GUARDED_BY(mutex_){};
     bool in_flight_ DU_GUARDED_BY(mutex_) = false;
+    reclaim_item aside_ DU_GUARDED_BY(mutex_){};  // an unmapped item whose close did not fit its run
+    bool has_aside_ DU_GUARDED_BY(mutex_) = false;
+    bool aside_due_ DU_GUARDED_BY(mutex_) = false;  // the aside close is this run's next step
     cost_model model_ DU_GUARDED_BY(mutex_);
     /// The thread CPU clock where the next step starts: read once per step, since on Linux each read
     /// is a system call (~0.6 us on a VM), like `now` for the wall clock.
