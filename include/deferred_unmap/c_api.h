@@ -1,10 +1,10 @@
 /* deferred_unmap/c_api.h - the reclaim queue for compositors written in C (C11, also valid C++).
  *
  * Guarantees: every pushed resource is torn down exactly once, the mapping before the descriptor,
- * munmaps and closes each oldest first, in budgeted steps from du_queue_drain(); see reclaim_queue.hpp
- * for the model. No function
- * lets a C++ exception through. A push either takes ownership (returns 0) or returns -EINVAL and leaves
- * everything with the caller. Definitions: <deferred_unmap/c_api_impl.hpp>, included by exactly one
+ * munmaps and closes each oldest first, no close before the munmap of anything pushed earlier (a
+ * mapping pushed before its descriptor is unmapped first), in budgeted steps from du_queue_drain(); see
+ * reclaim_queue.hpp for the model. No function lets a C++ exception through. A push either takes
+ * ownership (returns 0) or returns -EINVAL and leaves everything with the caller. Definitions: <deferred_unmap/c_api_impl.hpp>, included by exactly one
  * C++ source of the host, or the ready static library (CMake deferred_unmap::c, Meson deferred_unmap_c).
  *
  *   du_queue_options opts;

@@ -1,9 +1,11 @@
 // deferred_unmap/reclaim_queue.hpp - dead shm pools, torn down a budgeted slice per frame.
 //
 // Guarantees: every pushed item is torn down exactly once, mapping before descriptor, munmaps oldest
-// first and closes oldest first, even when the queue cannot grow (then everything older goes first, on
-// the pushing thread). A close that does not fit what is left of a drain waits to go first in the next
-// one while this drain unmaps the next item, so a long close does not leave a budget unused. Work is
+// first and closes oldest first, and no close before the munmap of anything pushed earlier (so a pool
+// pushed as a mapping, then its descriptor, is unmapped first), even when the queue cannot grow (then
+// everything older goes first, on the pushing thread). A close that does not fit what is left of a
+// drain waits to go first in the next one while this drain unmaps the next item, so a long close does
+// not leave a budget unused. Work is
 // cut into steps (one munmap predicted to hold mmap_lock at most max_step, or one close) whose cost a
 // model learned online predicts. Without drain_pause the steps of one drain run back to back, so
 // another thread's mmap may wait for the whole drain, not one step. drain(budget) starts a step only

@@ -431,6 +431,10 @@ private:
                     ++counts_.closes_set_aside;
                     continue;
                 }
+                if (aside_due_) {  // drain_until: the waiting close fits no better now; the munmaps go on
+                    aside_due_ = false;
+                    continue;
+                }
                 if (sleep_first && fits(elapsed, ns{0}, step, budget)) doubt_pause_ref();
                 break;
             }
@@ -805,8 +809,8 @@ private:
         std::vector<logged> log = take_log();
         std::size_t pos = 0;
         aside_due_ = aside_.has_value();
-        while (pending_bytes_ref() > options_.max_pending_bytes && (aside_due_ || !items_.empty())) {
-            if (!aside_due_ && options_.close_on_worker && !unmapping(items_.front())) {
+        while (pending_bytes_ref() > options_.max_pending_bytes && !items_.empty()) {
+            if (options_.close_on_worker && !unmapping(items_.front())) {
                 hand_off();
                 continue;
             }
@@ -833,7 +837,7 @@ private:
                 continue;
             }
             // An item whose close went to the worker, seen only through a later item's call.
-            while (!aside_due_ && !items_.empty() && options_.close_on_worker && !unmapping(items_.front()) &&
+            while (!items_.empty() && options_.close_on_worker && !unmapping(items_.front()) &&
                    !(l.call.op == call_kind::close && l.call.fd == items_.front().fd))
                 hand_off();
             if (!aside_due_ && items_.empty()) return fail("a call with nothing pending: " + describe(l.call));

@@ -83,7 +83,8 @@ public:
     }
 
     /// Puts the oldest waiting item in flight (beside, at most, one whose close was set aside). False
-    /// when nothing waits, which also ends a hand-over to the worker (it has nothing left to do).
+    /// when nothing waits, which also ends a hand-over to the worker (it has nothing left to do: with
+    /// unmap_on_worker no close is ever set aside).
     bool pop(reclaim_item& out) DU_EXCLUDES(mutex_) {
         lock_guard lock(mutex_);
         if (items_.empty()) {

@@ -117,7 +117,7 @@ public:
     /// One step, as a run would make it next (the unmapping worker). False when nothing was left.
     bool step_once() DU_EXCLUDES(mutex_) {
         lock_guard lock(mutex_);
-        aside_due_ = has_aside_;
+        aside_due_ = has_aside_;  // always false: the unmapping worker's queue never sets one aside
         if (!load_current()) return false;
         drain_report scratch;
         cpu_mark_ = cpu_now();
@@ -157,7 +157,7 @@ private:
             const bool pausing = after_unmap && unmapping() && limits.unmap_pause > std::chrono::nanoseconds::zero();
             const std::chrono::nanoseconds room = pausing ? expected_pause_ : std::chrono::nanoseconds{0};
             if (!forced && saturating_add<Clock>(saturating_add<Clock>(now, room), predict_next()) > limits.deadline) {
-                if (set_aside()) continue;
+                if (set_aside() || pass_over_aside()) continue;
                 if (pausing && saturating_add<Clock>(now, predict_next()) <= limits.deadline) doubt_pause(limits.unmap_pause);
                 break;
             }
@@ -214,7 +214,7 @@ private:
 
     // The next step is a close that does not fit: it waits to go first in the next run while this one
     // goes on to the next item's munmap, so a frame's budget is not left empty behind one long close.
-    // One at most, so a close waits behind no more than one newer item's munmap. False when one waits.
+    // One at most: a newer item's close waits behind it. False when one waits.
     bool set_aside() DU_REQUIRES(mutex_) {
         if (has_aside_ || unmapping()) return false;
         aside_ = current_;
@@ -223,7 +223,15 @@ private:
         return true;
     }
 
-    // The current item is down to its close while an older close set aside in this run still waits.
+    // The close set aside does not fit this run either (drain_until's first step is not free): it
+    // keeps waiting while the run goes on with the current item's munmap.
+    bool pass_over_aside() DU_REQUIRES(mutex_) {
+        if (!aside_due_) return false;
+        aside_due_ = false;
+        return true;
+    }
+
+    // The current item is down to its close while an older close set aside still waits.
     [[nodiscard]] bool waits_behind_aside() const DU_REQUIRES(mutex_) { return has_aside_ && !aside_due_ && !unmapping(); }
 
     [[nodiscard]] bool unmapping() const DU_REQUIRES(mutex_) { return target().unmapped < target().length; }
