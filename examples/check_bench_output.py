@@ -97,6 +97,10 @@ def check_teardown(data, tool_args):
         check_numbers("cold_steps", c, ["pool_bytes", "steps", "warm_cpu_per_pool_us", "cold_cpu_per_pool_us"])
         per_call = c.get("cold_cost_per_call_us")
         check(isinstance(per_call, (int, float)) and math.isfinite(per_call), f"cold_steps: bad cold_cost_per_call_us {per_call!r}")
+    check(len(data.get("close_locality", [])) == 1, "no close_locality section")
+    for c in data.get("close_locality", []):
+        check_numbers("close_locality", c, ["pool_bytes", "close_at_once_cpu_us", "close_a_frame_later_cpu_us",
+                                            "close_on_other_cpu_cpu_us", "other_cpu"])
     check(len(data.get("frame_loop", [])) == 1, "no frame_loop section")
     for f in data.get("frame_loop", []):
         check_numbers("frame_loop", f, ["idle_frame_cpu_us"])

@@ -12,6 +12,7 @@
 // A microbenchmark measures the queue's own overhead (no syscalls), and 80 more pools of one size are
 // torn down, each with its first call after a frame's sleep and the rest back to back (half of them)
 // or each after such a sleep too (the other half), to show what a call costs with caches gone cold.
+// 90 more show what a close costs right after its pool's munmap, a frame later, and on the other CPU.
 //
 // Strategies: close-first (close, then munmap: today's KWin), unmap-first, thread-drop (each pool
 // handed whole to one dropping thread: Smithay), queue (drain a budget per frame), queue+worker
@@ -25,6 +26,7 @@
 #include "bench_common.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -624,6 +626,99 @@ row measure_cold_steps(std::size_t bytes, std::size_t steps, nanoseconds interva
             {"cold_cost_per_call_us", (cold - warm) / static_cast<double>(steps), 1}};
 }
 
+// ---- close locality: what a close costs where and when it runs ------------------------------------
+
+/// Two CPUs this thread may run on, or one twice on a single-CPU machine.
+std::pair<int, int> two_cpus() {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) die("sched_getaffinity");
+    std::vector<int> cpus;
+    for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < 2; ++cpu)
+        if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+    return {cpus.front(), cpus.back()};
+}
+
+void pin_to(int cpu) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (::sched_setaffinity(0, sizeof one, &one) != 0) die("sched_setaffinity");
+}
+
+/// Closes descriptors handed to it on a thread pinned to `cpu`, as close_on_worker's worker does, and
+/// reports each close's CPU time.
+class pinned_closer {
+public:
+    explicit pinned_closer(int cpu) : thread_([this, cpu](std::stop_token stop) { run(stop, cpu); }) {}
+
+    /// Hands `fd` over and waits for its close; returns the close's thread CPU time.
+    nanoseconds close(int fd) {
+        std::unique_lock lock(mutex_);
+        fd_ = fd;
+        cv_.notify_all();
+        cv_.wait(lock, [this] { return fd_ < 0; });
+        return took_;
+    }
+
+private:
+    void run(std::stop_token stop, int cpu) {
+        pin_to(cpu);
+        std::unique_lock lock(mutex_);
+        while (cv_.wait(lock, stop, [this] { return fd_ >= 0; })) {
+            const nanoseconds start = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
+            if (::close(fd_) != 0) die("close locality: close");
+            took_ = cpu_clock(CLOCK_THREAD_CPUTIME_ID) - start;
+            fd_ = -1;
+            cv_.notify_all();
+        }
+    }
+
+    std::mutex mutex_;
+    std::condition_variable_any cv_;
+    int fd_ = -1;
+    nanoseconds took_{0};
+    std::jthread thread_;  // last: started once the members it uses exist
+};
+
+/// CPU time of a pool's close after its munmap in three places: at once on the same thread (one
+/// drain doing a whole pool, or unmap-first), a frame interval later on the same thread (a plain
+/// queue's close that waits for the next drain), and at once on a thread pinned to the other CPU
+/// (close_on_worker). The measuring thread is pinned for the while; the three ways take turns.
+row measure_close_locality(std::size_t bytes, nanoseconds interval) {
+    constexpr std::size_t pools_each = 30;
+    const auto [here, there] = two_cpus();
+    cpu_set_t before;
+    CPU_ZERO(&before);
+    if (::sched_getaffinity(0, sizeof before, &before) != 0) die("sched_getaffinity");
+    pin_to(here);
+    std::vector<pool> pools = make_pools(3 * pools_each, bytes);
+    std::vector<double> at_once_us, a_frame_later_us, other_cpu_us;
+    {
+        pinned_closer closer{there};
+        for (std::size_t i = 0; i < pools.size(); ++i) {
+            auto parts = pools[i].release();
+            const std::span<std::byte> range = parts.map.release();
+            if (::munmap(range.data(), range.size()) != 0) die("close locality: munmap");
+            const int fd = parts.fd.release();
+            if (i % 3 == 2) {
+                other_cpu_us.push_back(to_us(closer.close(fd)));
+                continue;
+            }
+            if (i % 3 == 1) std::this_thread::sleep_for(interval);
+            const nanoseconds start = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
+            if (::close(fd) != 0) die("close locality: close");
+            (i % 3 == 1 ? a_frame_later_us : at_once_us).push_back(to_us(cpu_clock(CLOCK_THREAD_CPUTIME_ID) - start));
+        }
+    }
+    if (::sched_setaffinity(0, sizeof before, &before) != 0) die("sched_setaffinity");
+    return {{"pool_bytes", static_cast<double>(bytes), 0},
+            {"close_at_once_cpu_us", median_of(at_once_us), 1},
+            {"close_a_frame_later_cpu_us", median_of(a_frame_later_us), 1},
+            {"close_on_other_cpu_cpu_us", median_of(other_cpu_us), 1},
+            {"other_cpu", here != there ? 1.0 : 0.0, 0}};
+}
+
 /// The library's own overhead (null_os: the bookkeeping target), and beside it the step cost with the
 /// thread CPU clock reads posix_os makes, since a real queue pays those too.
 row measure_overhead() {
@@ -753,6 +848,15 @@ void print_cold_steps(const row& cold) {
                 number(&cold, "cold_cpu_per_pool_us"), number(&cold, "cold_cost_per_call_us"));
 }
 
+void print_close_locality(const row& close) {
+    const double at_once = number(&close, "close_at_once_cpu_us");
+    const double later = number(&close, "close_a_frame_later_cpu_us"), other = number(&close, "close_on_other_cpu_cpu_us");
+    std::printf("close after its pool's munmap (CPU time, %.0f-byte pool, p50): %.1f us at once, %.1f us a frame later "
+                "(%.2fx), %.1f us at once on %s (%.2fx)\n",
+                number(&close, "pool_bytes"), at_once, later, later / at_once, other,
+                number(&close, "other_cpu") > 0 ? "the other CPU" : "another thread (one CPU only)", other / at_once);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -764,6 +868,7 @@ int main(int argc, char** argv) {
                 static_cast<double>(cfg.burst_bytes) / (1 << 20));
     const row overhead = measure_overhead();
     const row cold_steps = measure_cold_steps(target_pool_bytes(cfg), 3, cfg.interval());
+    const row close_locality = measure_close_locality(target_pool_bytes(cfg), cfg.interval());
     const nanoseconds idle_frame_cpu = measure_idle_frame_cpu(cfg);
     std::unique_ptr<contention_probe> probe;
     if (!cfg.no_probe) probe = std::make_unique<contention_probe>();
@@ -777,6 +882,7 @@ int main(int argc, char** argv) {
     print_results(rows, overhead, goals, cfg);
     const row frame_loop{{"idle_frame_cpu_us", to_us(idle_frame_cpu), 1}};
     print_cold_steps(cold_steps);
+    print_close_locality(close_locality);
     std::printf("frame loop with nothing to tear down: %.1f us of CPU per frame (taken out of \"less frame loop\")\n",
                 number(&frame_loop, "idle_frame_cpu_us"));
     if (!cfg.csv.empty()) write_csv(cfg.csv, rows);
@@ -789,7 +895,7 @@ int main(int argc, char** argv) {
     if (!cfg.json.empty())
         write_json(cfg.json, machine,
                    {{"settings", {settings}}, {"rows", rows}, {"overhead", {overhead}}, {"cold_steps", {cold_steps}},
-                    {"frame_loop", {frame_loop}}, {"targets", goals}});
+                    {"close_locality", {close_locality}}, {"frame_loop", {frame_loop}}, {"targets", goals}});
     if (call_log::overflowed()) std::fprintf(stderr, "teardown_bench: call log overflowed; figures incomplete\n");
 }
 
