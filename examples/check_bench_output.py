@@ -100,7 +100,8 @@ def check_teardown(data, tool_args):
     check(len(data.get("close_locality", [])) == 1, "no close_locality section")
     for c in data.get("close_locality", []):
         check_numbers("close_locality", c, ["pool_bytes", "close_at_once_cpu_us", "close_a_frame_later_cpu_us",
-                                            "close_on_other_cpu_cpu_us", "other_cpu"])
+                                            "close_after_eviction_cpu_us", "close_on_other_cpu_cpu_us"])
+        check(c.get("other_cpu") in (0, 1), f"close_locality: other_cpu must be 0 or 1: {c.get('other_cpu')!r}")
     check(len(data.get("frame_loop", [])) == 1, "no frame_loop section")
     for f in data.get("frame_loop", []):
         check_numbers("frame_loop", f, ["idle_frame_cpu_us"])

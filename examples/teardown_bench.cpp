@@ -12,7 +12,8 @@
 // A microbenchmark measures the queue's own overhead (no syscalls), and 80 more pools of one size are
 // torn down, each with its first call after a frame's sleep and the rest back to back (half of them)
 // or each after such a sleep too (the other half), to show what a call costs with caches gone cold.
-// 90 more show what a close costs right after its pool's munmap, a frame later, and on the other CPU.
+// 100 more show what a close costs right after its pool's munmap, a frame later (with the caches
+// evicted or not), and on another CPU.
 //
 // Strategies: close-first (close, then munmap: today's KWin), unmap-first, thread-drop (each pool
 // handed whole to one dropping thread: Smithay), queue (drain a budget per frame), queue+worker
@@ -641,6 +642,7 @@ std::pair<int, int> two_cpus() {
     std::vector<int> cpus;
     for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < 2; ++cpu)
         if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+    if (cpus.empty()) throw std::runtime_error("close locality: no CPU in this thread's affinity mask");
     return {cpus.front(), cpus.back()};
 }
 
@@ -651,8 +653,24 @@ void pin_to(int cpu) {
     if (::sched_setaffinity(0, sizeof one, &one) != 0) die("sched_setaffinity");
 }
 
-/// Closes descriptors handed to it on a thread pinned to `cpu`, as close_on_worker's worker does, and
-/// reports each close's CPU time.
+/// Pins the calling thread to `cpu` and gives it back its own affinity mask on every way out.
+class pinned_for_scope {
+public:
+    explicit pinned_for_scope(int cpu) {
+        CPU_ZERO(&before_);
+        if (::sched_getaffinity(0, sizeof before_, &before_) != 0) die("sched_getaffinity");
+        pin_to(cpu);
+    }
+    ~pinned_for_scope() { ::sched_setaffinity(0, sizeof before_, &before_); }
+    pinned_for_scope(const pinned_for_scope&) = delete;
+    pinned_for_scope& operator=(const pinned_for_scope&) = delete;
+
+private:
+    cpu_set_t before_;
+};
+
+/// Closes descriptors handed to it on a thread pinned to `cpu`, as close_on_worker's worker does (which
+/// is not pinned), and reports each close's CPU time; the thread's wake-up is not counted.
 class pinned_closer {
 public:
     explicit pinned_closer(int cpu) : thread_([this, cpu](std::stop_token stop) { run(stop, cpu); }) {}
@@ -686,41 +704,61 @@ private:
     std::jthread thread_;  // last: started once the members it uses exist
 };
 
-/// CPU time of a pool's close after its munmap in three places: at once on the same thread (one
-/// drain doing a whole pool, or unmap-first), a frame interval later on the same thread (a plain
-/// queue's close that waits for the next drain), and at once on a thread pinned to the other CPU
-/// (close_on_worker). The measuring thread is pinned for the while; the three ways take turns.
-row measure_close_locality(std::size_t bytes, nanoseconds interval) {
-    constexpr std::size_t pools_each = 30;
-    const auto [here, there] = two_cpus();
-    cpu_set_t before;
-    CPU_ZERO(&before);
-    if (::sched_getaffinity(0, sizeof before, &before) != 0) die("sched_getaffinity");
-    pin_to(here);
-    std::vector<pool> pools = make_pools(3 * pools_each, bytes);
-    std::vector<double> at_once_us, a_frame_later_us, other_cpu_us;
-    {
-        pinned_closer closer{there};
-        for (std::size_t i = 0; i < pools.size(); ++i) {
-            auto parts = pools[i].release();
-            const std::span<std::byte> range = parts.map.release();
-            if (::munmap(range.data(), range.size()) != 0) die("close locality: munmap");
-            const int fd = parts.fd.release();
-            if (i % 3 == 2) {
-                other_cpu_us.push_back(to_us(closer.close(fd)));
-                continue;
-            }
-            if (i % 3 == 1) std::this_thread::sleep_for(interval);
-            const nanoseconds start = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
-            if (::close(fd) != 0) die("close locality: close");
-            (i % 3 == 1 ? a_frame_later_us : at_once_us).push_back(to_us(cpu_clock(CLOCK_THREAD_CPUTIME_ID) - start));
-        }
+/// Writes a buffer twice the last-level cache (64 MiB where unknown, 256 MiB at most), so that what a
+/// close touches next comes from memory: a stand-in for the work that runs between a plain queue's
+/// munmap and its close (the next pool's munmap, a frame's rendering).
+class cache_evictor {
+public:
+    cache_evictor() : buffer_(bytes()) {}
+    void run() {
+        volatile std::byte* at = buffer_.data();
+        for (std::size_t i = 0; i < buffer_.size(); i += 64) at[i] = static_cast<std::byte>(i >> 6);
     }
-    if (::sched_setaffinity(0, sizeof before, &before) != 0) die("sched_setaffinity");
+
+private:
+    static std::size_t bytes() {
+        const long last_level = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+        if (last_level <= 0) return std::size_t{64} << 20;
+        return std::min(2 * static_cast<std::size_t>(last_level), std::size_t{256} << 20);
+    }
+    std::vector<std::byte> buffer_;
+};
+
+/// CPU time of a pool's close after its munmap four ways: at once on the same thread (one drain doing
+/// a whole pool, or unmap-first); a frame interval later; a frame later with the caches evicted in
+/// between (a plain queue's close that waits for the next drain while other work runs); and at once
+/// on a thread pinned to another CPU (close_on_worker). The measuring thread stays pinned meanwhile;
+/// the four ways take turns, in an order that rotates so none always follows the same one. Every pool
+/// is made first: about 2 GiB at the default pool size.
+row measure_close_locality(std::size_t bytes, nanoseconds interval) {
+    constexpr std::size_t ways = 4, pools_each = 25;
+    const auto [here, there] = two_cpus();
+    const pinned_for_scope pinned{here};
+    std::vector<pool> pools = make_pools(ways * pools_each, bytes);
+    std::vector<double> us[ways];
+    cache_evictor evictor;
+    pinned_closer closer{there};
+    for (std::size_t i = 0; i < pools.size(); ++i) {
+        const std::size_t way = (i + i / ways) % ways;
+        auto parts = pools[i].release();
+        const std::span<std::byte> range = parts.map.release();
+        if (::munmap(range.data(), range.size()) != 0) die("close locality: munmap");
+        const int fd = parts.fd.release();
+        if (way == 3) {
+            us[way].push_back(to_us(closer.close(fd)));
+            continue;
+        }
+        if (way >= 1) std::this_thread::sleep_for(interval);
+        if (way == 2) evictor.run();
+        const nanoseconds start = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
+        if (::close(fd) != 0) die("close locality: close");
+        us[way].push_back(to_us(cpu_clock(CLOCK_THREAD_CPUTIME_ID) - start));
+    }
     return {{"pool_bytes", static_cast<double>(bytes), 0},
-            {"close_at_once_cpu_us", median_of(at_once_us), 1},
-            {"close_a_frame_later_cpu_us", median_of(a_frame_later_us), 1},
-            {"close_on_other_cpu_cpu_us", median_of(other_cpu_us), 1},
+            {"close_at_once_cpu_us", median_of(us[0]), 1},
+            {"close_a_frame_later_cpu_us", median_of(us[1]), 1},
+            {"close_after_eviction_cpu_us", median_of(us[2]), 1},
+            {"close_on_other_cpu_cpu_us", median_of(us[3]), 1},
             {"other_cpu", here != there ? 1.0 : 0.0, 0}};
 }
 
@@ -855,11 +893,14 @@ void print_cold_steps(const row& cold) {
 
 void print_close_locality(const row& close) {
     const double at_once = number(&close, "close_at_once_cpu_us");
-    const double later = number(&close, "close_a_frame_later_cpu_us"), other = number(&close, "close_on_other_cpu_cpu_us");
+    const auto times = [at_once](double us) { return at_once > 0 ? us / at_once : 0.0; };
+    const double later = number(&close, "close_a_frame_later_cpu_us");
+    const double evicted = number(&close, "close_after_eviction_cpu_us");
+    const double other = number(&close, "close_on_other_cpu_cpu_us");
     std::printf("close after its pool's munmap (CPU time, %.0f-byte pool, p50): %.1f us at once, %.1f us a frame later "
-                "(%.2fx), %.1f us at once on %s (%.2fx)\n",
-                number(&close, "pool_bytes"), at_once, later, later / at_once, other,
-                number(&close, "other_cpu") > 0 ? "the other CPU" : "another thread (one CPU only)", other / at_once);
+                "(%.2fx), %.1f us a frame later with the caches evicted (%.2fx), %.1f us at once on %s (%.2fx)\n",
+                number(&close, "pool_bytes"), at_once, later, times(later), evicted, times(evicted), other,
+                number(&close, "other_cpu") > 0 ? "another CPU" : "another thread (one CPU only)", times(other));
 }
 
 }  // namespace
