@@ -634,11 +634,8 @@ row measure_cold_steps(std::size_t bytes, std::size_t steps, nanoseconds interva
 
 // ---- close locality: what a close costs where and when it runs ------------------------------------
 
-/// Two CPUs this thread may run on, or one twice on a single-CPU machine.
-std::pair<int, int> two_cpus() {
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) die("sched_getaffinity");
+/// Two CPUs of `allowed`, or one twice on a single-CPU machine.
+std::pair<int, int> two_cpus(const cpu_set_t& allowed) {
     std::vector<int> cpus;
     for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < 2; ++cpu)
         if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
@@ -653,17 +650,18 @@ void pin_to(int cpu) {
     if (::sched_setaffinity(0, sizeof one, &one) != 0) die("sched_setaffinity");
 }
 
-/// Pins the calling thread to `cpu` and gives it back its own affinity mask on every way out.
-class pinned_for_scope {
+/// Keeps the calling thread's affinity mask and gives it back on every way out.
+class affinity_scope {
 public:
-    explicit pinned_for_scope(int cpu) {
+    affinity_scope() {
         CPU_ZERO(&before_);
         if (::sched_getaffinity(0, sizeof before_, &before_) != 0) die("sched_getaffinity");
-        pin_to(cpu);
     }
-    ~pinned_for_scope() { ::sched_setaffinity(0, sizeof before_, &before_); }
-    pinned_for_scope(const pinned_for_scope&) = delete;
-    pinned_for_scope& operator=(const pinned_for_scope&) = delete;
+    ~affinity_scope() { ::sched_setaffinity(0, sizeof before_, &before_); }
+    affinity_scope(const affinity_scope&) = delete;
+    affinity_scope& operator=(const affinity_scope&) = delete;
+
+    [[nodiscard]] const cpu_set_t& allowed() const { return before_; }
 
 private:
     cpu_set_t before_;
@@ -732,8 +730,9 @@ private:
 /// is made first: about 2 GiB at the default pool size.
 row measure_close_locality(std::size_t bytes, nanoseconds interval) {
     constexpr std::size_t ways = 4, pools_each = 25;
-    const auto [here, there] = two_cpus();
-    const pinned_for_scope pinned{here};
+    const affinity_scope affinity;
+    const auto [here, there] = two_cpus(affinity.allowed());
+    pin_to(here);
     std::vector<pool> pools = make_pools(ways * pools_each, bytes);
     std::vector<double> us[ways];
     cache_evictor evictor;
