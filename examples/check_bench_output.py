@@ -102,6 +102,12 @@ def check_teardown(data, tool_args):
         check_numbers("close_locality", c, ["pool_bytes", "close_at_once_cpu_us", "close_a_frame_later_cpu_us",
                                             "close_after_eviction_cpu_us", "close_on_other_cpu_cpu_us"])
         check(c.get("other_cpu") in (0, 1), f"close_locality: other_cpu must be 0 or 1: {c.get('other_cpu')!r}")
+    check(len(data.get("call_cost", [])) == 1, "no call_cost section")
+    for c in data.get("call_cost", []):
+        check_numbers("call_cost", c, ["pool_bytes", "calls", "one_call_cpu_us", "split_calls_cpu_us", "separate_calls_cpu_us"])
+        for name in ("cost_per_extra_call_us", "cost_per_split_us"):
+            value = c.get(name)
+            check(isinstance(value, (int, float)) and math.isfinite(value), f"call_cost: bad {name} {value!r}")
     check(len(data.get("frame_loop", [])) == 1, "no frame_loop section")
     for f in data.get("frame_loop", []):
         check_numbers("frame_loop", f, ["idle_frame_cpu_us"])

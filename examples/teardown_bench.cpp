@@ -13,7 +13,7 @@
 // torn down, each with its first call after a frame's sleep and the rest back to back (half of them)
 // or each after such a sleep too (the other half), to show what a call costs with caches gone cold.
 // 100 more show what a close costs right after its pool's munmap, a frame later (with the caches
-// evicted or not), and on another CPU.
+// evicted or not), and on another CPU; 60 more what a munmap call costs beyond the pages it frees.
 //
 // Strategies: close-first (close, then munmap: today's KWin), unmap-first, thread-drop (each pool
 // handed whole to one dropping thread: Smithay), queue (drain a budget per frame), queue+worker
@@ -761,6 +761,66 @@ row measure_close_locality(std::size_t bytes, nanoseconds interval) {
             {"other_cpu", here != there ? 1.0 : 0.0, 0}};
 }
 
+// ---- call cost: what a munmap call costs beyond the pages it frees --------------------------------
+
+/// `bytes` of `fd` mapped again, read-only with its page tables filled (as the compositor's read
+/// mapping is), as `pieces` mappings with a PROT_NONE page between each, so that the kernel cannot
+/// merge them into one VMA. Returns the pieces and, last, the whole reserved range.
+std::vector<std::span<std::byte>> map_pieces(int fd, std::size_t bytes, std::size_t pieces) {
+    const std::size_t page = du::detail::page_size();
+    const std::size_t step = (bytes / pieces + page - 1) / page * page;
+    const std::size_t count = (bytes + step - 1) / step;
+    const std::size_t reserved = bytes + count * page;
+    void* base = ::mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) die("call cost: mmap (reserve)");
+    std::vector<std::span<std::byte>> out;
+    auto* at = static_cast<std::byte*>(base);
+    for (std::size_t offset = 0; offset < bytes; offset += step, at += step + page) {
+        const std::size_t length = std::min(step, bytes - offset);
+        if (::mmap(at, length, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, static_cast<off_t>(offset)) == MAP_FAILED)
+            die("call cost: mmap (piece)");
+        out.emplace_back(at, length);
+    }
+    out.emplace_back(static_cast<std::byte*>(base), reserved);
+    return out;
+}
+
+/// CPU time of munmapping a pool three ways, back to back on one pinned CPU: in one call; in `calls`
+/// calls on one mapping, each but the last splitting its VMA (a queue's steps, as one drain makes
+/// them); and in `calls` calls each removing a mapping of its own (no split). The differences, per
+/// call after the first, are what a call and a split cost beyond the pages freed: what cutting a
+/// pool into steps adds, with no sleep and no other CPU involved. The ways take turns in a rotating
+/// order; every pool is made first (about 1.2 GiB at the default pool size).
+row measure_call_cost(std::size_t bytes, std::size_t calls) {
+    constexpr std::size_t ways = 3, pools_each = 20;
+    const affinity_scope affinity;
+    pin_to(two_cpus(affinity.allowed()).first);
+    std::vector<pool> pools = make_pools(ways * pools_each, bytes);
+    std::vector<double> us[ways];
+    for (std::size_t i = 0; i < pools.size(); ++i) {
+        const std::size_t way = (i + i / ways) % ways;
+        auto parts = pools[i].release();
+        const std::span<std::byte> original = parts.map.release();
+        auto pieces = map_pieces(parts.fd.get(), original.size(), way == 2 ? calls : 1);
+        if (::munmap(original.data(), original.size()) != 0) die("call cost: munmap (original)");
+        const std::span<std::byte> reserved = pieces.back();
+        pieces.pop_back();
+        const std::size_t page = du::detail::page_size();
+        const std::size_t step = way == 1 ? (pieces.front().size() / calls + page - 1) / page * page : pieces.front().size();
+        const nanoseconds start = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
+        for (const auto piece : pieces)
+            for (std::size_t at = 0; at < piece.size(); at += step)
+                if (::munmap(piece.data() + at, std::min(step, piece.size() - at)) != 0) die("call cost: munmap");
+        us[way].push_back(to_us(cpu_clock(CLOCK_THREAD_CPUTIME_ID) - start));
+        if (::munmap(reserved.data(), reserved.size()) != 0) die("call cost: munmap (guard pages)");
+    }
+    const double one = median_of(us[0]), split = median_of(us[1]), separate = median_of(us[2]);
+    const auto per_call = [calls](double extra) { return calls > 1 ? extra / static_cast<double>(calls - 1) : 0.0; };
+    return {{"pool_bytes", static_cast<double>(bytes), 0}, {"calls", static_cast<double>(calls), 0},
+            {"one_call_cpu_us", one, 1}, {"split_calls_cpu_us", split, 1}, {"separate_calls_cpu_us", separate, 1},
+            {"cost_per_extra_call_us", per_call(separate - one), 1}, {"cost_per_split_us", per_call(split - separate), 1}};
+}
+
 /// The library's own overhead (null_os: the bookkeeping target), and beside it the step cost with the
 /// thread CPU clock reads posix_os makes, since a real queue pays those too.
 row measure_overhead() {
@@ -890,6 +950,15 @@ void print_cold_steps(const row& cold) {
                 number(&cold, "cold_cpu_per_pool_us"), number(&cold, "cold_cost_per_call_us"));
 }
 
+void print_call_cost(const row& cost) {
+    std::printf("munmap calls (CPU time per %.0f-byte pool, p50, back to back on one CPU): %.1f us in one call, %.1f us "
+                "in %.0f calls of separate mappings (%.1f us more a call), %.1f us in %.0f calls splitting one mapping "
+                "(%.1f us more a split)\n",
+                number(&cost, "pool_bytes"), number(&cost, "one_call_cpu_us"), number(&cost, "separate_calls_cpu_us"),
+                number(&cost, "calls"), number(&cost, "cost_per_extra_call_us"), number(&cost, "split_calls_cpu_us"),
+                number(&cost, "calls"), number(&cost, "cost_per_split_us"));
+}
+
 void print_close_locality(const row& close) {
     const double at_once = number(&close, "close_at_once_cpu_us");
     const auto times = [at_once](double us) { return at_once > 0 ? us / at_once : 0.0; };
@@ -914,6 +983,7 @@ int main(int argc, char** argv) {
     const row overhead = measure_overhead();
     const row cold_steps = measure_cold_steps(target_pool_bytes(cfg), 3, cfg.interval());
     const row close_locality = measure_close_locality(target_pool_bytes(cfg), cfg.interval());
+    const row call_cost = measure_call_cost(target_pool_bytes(cfg), 5);
     const nanoseconds idle_frame_cpu = measure_idle_frame_cpu(cfg);
     std::unique_ptr<contention_probe> probe;
     if (!cfg.no_probe) probe = std::make_unique<contention_probe>();
@@ -928,6 +998,7 @@ int main(int argc, char** argv) {
     const row frame_loop{{"idle_frame_cpu_us", to_us(idle_frame_cpu), 1}};
     print_cold_steps(cold_steps);
     print_close_locality(close_locality);
+    print_call_cost(call_cost);
     std::printf("frame loop with nothing to tear down: %.1f us of CPU per frame (taken out of \"less frame loop\")\n",
                 number(&frame_loop, "idle_frame_cpu_us"));
     if (!cfg.csv.empty()) write_csv(cfg.csv, rows);
@@ -941,7 +1012,7 @@ int main(int argc, char** argv) {
     if (!cfg.json.empty())
         write_json(cfg.json, machine,
                    {{"settings", {settings}}, {"rows", rows}, {"overhead", {overhead}}, {"cold_steps", {cold_steps}},
-                    {"close_locality", {close_locality}}, {"frame_loop", {frame_loop}}, {"targets", goals}});
+                    {"close_locality", {close_locality}}, {"call_cost", {call_cost}}, {"frame_loop", {frame_loop}}, {"targets", goals}});
     if (call_log::overflowed()) std::fprintf(stderr, "teardown_bench: call log overflowed; figures incomplete\n");
 }
 
