@@ -5,7 +5,9 @@
 #include <poll.h>
 
 #include <atomic>
+#include <cerrno>
 #include <thread>
+#include <vector>
 
 using namespace du_test;
 using namespace std::chrono_literals;
@@ -175,4 +177,40 @@ TEST_CASE("queue: pushes from many threads while one thread drains lose nothing"
     CHECK(dt::script().open_fds() == 0);
     CHECK(dt::script().mapped_bytes() == 0);
     CHECK(dt::script().misuse() == 0);
+}
+
+TEST_CASE("queue: with close_on_worker, a flush closes nothing before the closes the worker still holds") {
+    auto& os = dt::reset();
+    const int stuck_fd = os.open_fd();
+    os.fail = [stuck_fd](const dt::os_call& c) { return c.op == call_kind::close && c.fd == stuck_fd ? EIO : 0; };
+    std::atomic<bool> stuck{false};
+    std::atomic<bool> release{false};
+    du::reclaim_options options{.close_on_worker = true};
+    options.on_error = [&](const du::reclaim_error&) {  // holds the worker inside the first close
+        stuck = true;
+        while (!release) std::this_thread::yield();
+    };
+    scripted_queue q{std::move(options)};
+    q.push(dt::scripted_fd{stuck_fd});
+    CHECK(q.drain(1s).fds_handed_off == 1);
+    for (int i = 0; i < 10000 && !stuck; ++i) std::this_thread::sleep_for(1ms);
+    REQUIRE(stuck);
+    auto older = dt::make_region(mib);
+    const int older_fd = older.fd();
+    q.push(std::move(older));
+    CHECK(q.drain(1s).fds_handed_off == 1);  // waits in the worker's ring behind the stuck close
+    auto newer = dt::make_region(mib);
+    const int newer_fd = newer.fd();
+    q.push(std::move(newer));
+    std::thread flusher([&] { q.flush(); });
+    // Time enough for a flush that closed on its own thread to close the newer pool first.
+    for (int i = 0; i < 200 && os.is_open(newer_fd); ++i) std::this_thread::sleep_for(1ms);
+    release = true;
+    flusher.join();
+    std::vector<int> closed;
+    for (const auto& c : os.calls())
+        if (c.op == call_kind::close) closed.push_back(c.fd);
+    CHECK(closed == std::vector<int>{stuck_fd, older_fd, newer_fd});
+    CHECK(q.empty());
+    CHECK(os.open_fds() == 0);
 }

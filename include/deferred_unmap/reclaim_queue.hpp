@@ -3,7 +3,9 @@
 // Guarantees: every pushed item is torn down exactly once, mapping before descriptor, munmaps oldest
 // first and closes oldest first, and no close before the munmap of anything pushed earlier (so a pool
 // pushed as a mapping, then its descriptor, is unmapped first), even when the queue cannot grow (then
-// everything older goes first, on the pushing thread). A close that does not fit what is left of a
+// everything older goes first, on the pushing thread). One exception to the closes' order: with
+// close_on_worker, a close the worker's ring cannot grow to take is made at once by the caller, and
+// may pass older closes the worker still holds (never a munmap). A close that does not fit what is left of a
 // drain waits to go first in the next one while this drain unmaps the next item, so a long close does
 // not leave a budget unused. Work is
 // cut into steps (one munmap predicted to hold mmap_lock at most max_step, or one close) whose cost a
@@ -82,7 +84,7 @@ public:
           books_(options_.max_delay, options_.prior),
           engine_(books_, options_, chunk_size(options_.unmap_chunk_bytes)),
           worker_(books_, engine_, options_) {
-        if (options_.close_on_worker) hand_off_ = [this](int fd, std::size_t bytes) { return worker_.hand_off(fd, bytes); };
+        if (hands_off_closes()) hand_off_ = [this](int fd, std::size_t bytes) { return worker_.hand_off(fd, bytes); };
         if (!books_.reserve(options_.initial_capacity)) throw_bad_alloc();
         if (uses_worker()) worker_.start();
     }
@@ -133,12 +135,15 @@ public:
         return run_drain(Clock::now(), {.deadline = deadline, .first_step_free = false, .unmap_pause = unmap_pause()});
     }
 
-    /// Tears everything down now, on this thread, and waits for the worker. Never throws. May block for
-    /// the whole teardown. Waits for any other thread's steps first.
+    /// Tears everything down now and waits for the worker: the munmaps on this thread, the closes too
+    /// unless close_on_worker hands them, after those it already holds, to the worker. Never throws.
+    /// May block for the whole teardown. Waits for any other thread's steps first.
     void flush() noexcept {
         drain_report scratch;
-        engine_.run_blocking({.site = detail::step_site::flush}, scratch, nullptr);
-        if (uses_worker()) worker_.wait_idle();
+        engine_.run_blocking({.hand_off = hands_off_closes(), .site = detail::step_site::flush}, scratch, hand_off_);
+        if (!uses_worker()) return;
+        if (scratch.fds_handed_off > 0) worker_.wake();
+        worker_.wait_idle();
     }
 
     /// Mapped bytes still waiting to be unmapped (what max_pending_bytes caps). Any thread; O(1).
@@ -214,6 +219,9 @@ private:
     }
 
     [[nodiscard]] bool uses_worker() const noexcept { return options_.close_on_worker || options_.unmap_on_worker; }
+    // Closes go to the worker one by one only when it makes no other call: with unmap_on_worker it
+    // closes each item itself, in its turn, and a close handed to it beside that could overtake one.
+    [[nodiscard]] bool hands_off_closes() const noexcept { return options_.close_on_worker && !options_.unmap_on_worker; }
 
     drain_report finish(drain_report report) const noexcept {
         report.pending_bytes = pending_bytes();
@@ -228,7 +236,7 @@ private:
             did_work = books_.hand_over();
             if (did_work) worker_.wake();
         } else {
-            limits.hand_off = options_.close_on_worker;
+            limits.hand_off = hands_off_closes();
             report.busy = !engine_.try_run(limits, report, hand_off_);
             did_work = report.steps > 0 || report.fds_handed_off > 0;
             if (report.fds_handed_off > 0) worker_.wake();
@@ -243,7 +251,7 @@ private:
         if (!books_.push(it)) return tear_down_after_the_rest(it);
         if (pending_bytes() <= options_.max_pending_bytes) return;
         drain_report scratch;
-        engine_.run_blocking({.hand_off = options_.close_on_worker, .until_under_cap = true, .site = detail::step_site::cap},
+        engine_.run_blocking({.hand_off = hands_off_closes(), .until_under_cap = true, .site = detail::step_site::cap},
                              scratch, hand_off_);
         if (scratch.fds_handed_off > 0) worker_.wake();
     }
@@ -258,7 +266,7 @@ private:
     const reclaim_options options_;
     detail::backlog<Clock> books_;
     detail::step_engine<Clock, Os> engine_;
-    typename detail::step_engine<Clock, Os>::hand_off_fn hand_off_;  // empty unless close_on_worker
+    typename detail::step_engine<Clock, Os>::hand_off_fn hand_off_;  // empty unless hands_off_closes()
     detail::worker<Clock, Os> worker_;  // last: its thread stops before the rest goes
 };
 

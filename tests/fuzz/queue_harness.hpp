@@ -617,7 +617,7 @@ private:
         if (l.call.op != call_kind::unmap || l.call.result == 0) return false;
         // The item it belongs to: the oldest, past any whose close went to the worker.
         auto item = items_.begin();
-        while (item != items_.end() && options_.close_on_worker && !unmapping(*item)) ++item;
+        while (item != items_.end() && hands_off() && !unmapping(*item)) ++item;
         if (item == items_.end() || !unmapping(*item)) return false;
         const ref_item& it = *item;
         if (it.length - it.unmapped <= expected_length(it, l.call.length)) return false;
@@ -629,6 +629,8 @@ private:
     // ---- the reference ----
 
     [[nodiscard]] static bool unmapping(const ref_item& it) noexcept { return it.unmapped < it.length; }
+    // Closes are handed to the worker one by one (close_on_worker, unless the worker makes every call).
+    [[nodiscard]] bool hands_off() const noexcept { return options_.close_on_worker && !options_.unmap_on_worker; }
     // The reference rule for a step's length, written out apart from the queue's: the whole pages the
     // model predicts fit in max_step (at least one), capped by the chunk and by what is left.
     [[nodiscard]] std::size_t next_chunk(const ref_item& it) const noexcept {
@@ -837,9 +839,15 @@ private:
                 continue;
             }
             // An item whose close went to the worker, seen only through a later item's call.
-            while (!items_.empty() && options_.close_on_worker && !unmapping(items_.front()) &&
+            while (!items_.empty() && hands_off() && !unmapping(items_.front()) &&
                    !(l.call.op == call_kind::close && l.call.fd == items_.front().fd))
                 hand_off();
+            // A flush hands closes to the worker too; this one was made before the next munmap.
+            if (!items_.empty() && hands_off() && !unmapping(items_.front()) && l.call.thread != main_thread_) {
+                hand_off();
+                if (!worker_close(l)) return false;
+                continue;
+            }
             if (!aside_due_ && items_.empty()) return fail("a call with nothing pending: " + describe(l.call));
             step_result r;
             const std::size_t before = pending_bytes_ref();
