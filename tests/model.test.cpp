@@ -40,14 +40,14 @@ TEST_CASE("model: every operation of a long random run matches the reference mod
     const auto c = run.counts();
     std::printf("model: seed %llu, %llu operations, %llu queues, %llu items, %llu calls checked, "
                 "%llu munmap faults, %llu close faults, %llu errors reported; drain_pause: %llu queues, %llu pauses checked "
-                "(%llu cut short by the check after the sleep), %llu drain_until; %llu closes set aside\n",
+                "(%llu cut short by the check after the sleep), %llu drain_until; %llu closes set aside; %llu calls seen by the order witness\n",
                 static_cast<unsigned long long>(seed), static_cast<unsigned long long>(c.operations),
                 static_cast<unsigned long long>(c.queues), static_cast<unsigned long long>(c.items),
                 static_cast<unsigned long long>(c.calls_checked), static_cast<unsigned long long>(c.unmap_faults),
                 static_cast<unsigned long long>(c.close_faults), static_cast<unsigned long long>(c.errors_reported),
                 static_cast<unsigned long long>(c.paused_queues), static_cast<unsigned long long>(c.pauses_checked),
                 static_cast<unsigned long long>(c.pauses_cut), static_cast<unsigned long long>(c.drains_until),
-                static_cast<unsigned long long>(c.closes_set_aside));
+                static_cast<unsigned long long>(c.closes_set_aside), static_cast<unsigned long long>(c.calls_witnessed));
 }
 
 // Found by the model test, kept as plain regressions.

@@ -20,6 +20,11 @@
 // with unmap_on_worker, asking exactly drain_pause. The reference budgets each pause at its own learned
 // expectation, as drain does, and replays the check made after the sleep.
 //
+// Apart from the reference, an order witness sees every call as it is made, on any thread, and knows
+// only which item each range and descriptor belongs to: munmaps must come in push order, closes in
+// push order, and no munmap of an item after the close of it or of anything pushed later. It shares
+// no rule with drain's loop, so a mistake the reference and the queue made alike still shows.
+//
 // Worker modes: calls made off the main thread cost nothing on the manual clock, so drain's timing
 // stays exact; what the worker does concurrently is checked for order and counted, and compared
 // exactly once the queue is flushed or destroyed.
@@ -39,12 +44,14 @@
 #include <cstdio>
 #include <deque>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace du_reliability {
@@ -129,6 +136,69 @@ struct run_counts {
     std::uint64_t drains_until = 0;     ///< drain_until calls (only with a drain_pause)
     std::uint64_t pauses_cut = 0;       ///< pauses after which the next step no longer fit
     std::uint64_t closes_set_aside = 0; ///< closes that did not fit an inline drain and waited for the next
+    std::uint64_t calls_witnessed = 0;  ///< munmap/close calls the order witness checked
+};
+
+/// The order contract, checked from the calls alone: munmaps in push order, closes in push order, no
+/// munmap of an item once it or a newer one was closed. Knows nothing of budgets, steps or workers.
+class order_witness {
+public:
+    /// Forgets every item: a fresh queue on a fresh script. O(items).
+    void reset() {
+        ranges_.clear();
+        open_.clear();
+        items_ = 0;
+        last_unmapped_.reset();
+        last_closed_.reset();
+        violation_.clear();
+    }
+
+    /// Item number items_ holds [addr, addr + length) and `fd` (nullptr, -1: none). Call before its push.
+    void pushed(const std::byte* addr, std::size_t length, int fd) {
+        const std::size_t item = items_++;
+        if (addr != nullptr && length > 0) {
+            const auto start = reinterpret_cast<std::uintptr_t>(addr);
+            ranges_[start] = {start + length, item};
+        }
+        if (fd >= 0) open_[fd] = item;
+    }
+
+    /// Checks one munmap or close as it is made; the first violation is kept.
+    void saw(const dt::os_call& call) {
+        if (call.op == call_kind::unmap) unmapped(reinterpret_cast<std::uintptr_t>(call.addr));
+        if (call.op == call_kind::close) closed(call.fd);
+    }
+
+    [[nodiscard]] const std::string& violation() const noexcept { return violation_; }
+
+private:
+    void unmapped(std::uintptr_t at) {
+        auto it = ranges_.upper_bound(at);
+        if (it == ranges_.begin() || at >= (--it)->second.first) return flag("a munmap of a range no item holds");
+        const std::size_t item = it->second.second;
+        if (last_unmapped_ && item < *last_unmapped_) return flag("a munmap of item " + std::to_string(item) + " after one of item " + std::to_string(*last_unmapped_));
+        if (last_closed_ && item <= *last_closed_) return flag("a munmap of item " + std::to_string(item) + " after the close of item " + std::to_string(*last_closed_));
+        last_unmapped_ = item;
+    }
+
+    void closed(int fd) {
+        const auto it = open_.find(fd);
+        if (it == open_.end()) return flag("a close of descriptor " + std::to_string(fd) + ", which no waiting item holds");
+        const std::size_t item = it->second;
+        open_.erase(it);
+        if (last_closed_ && item < *last_closed_) return flag("the close of item " + std::to_string(item) + " after that of item " + std::to_string(*last_closed_));
+        last_closed_ = item;
+    }
+
+    void flag(const std::string& what) {
+        if (violation_.empty()) violation_ = "order witness: " + what;
+    }
+
+    std::map<std::uintptr_t, std::pair<std::uintptr_t, std::size_t>> ranges_;  // start -> (end, item)
+    std::unordered_map<int, std::size_t> open_;  // descriptor -> item
+    std::size_t items_ = 0;
+    std::optional<std::size_t> last_unmapped_, last_closed_;
+    std::string violation_;
 };
 
 /// The chunk size the queue uses for a requested unmap_chunk_bytes: whole pages, at least one, and
@@ -205,6 +275,7 @@ private:
             log_.clear();
             carried_.clear();
             pause_overshoot_ = ns{0};
+            witness_.reset();
         }
         ++counts_.queues;
         du::reclaim_options o;
@@ -291,6 +362,7 @@ private:
         auto log = take_log();
         if (!consume_lenient(log, site::flush)) return false;
         if (items_ref() != 0 || !handed_.empty()) return fail("destructor left items unreclaimed");
+        if (!witness_checks_out("destructor")) return false;
         auto& os = dt::script();
         if (os.open_fds() != 0) return fail("destructor left descriptors open: " + std::to_string(os.open_fds()));
         if (os.mapped_bytes() != leaked_) return fail("mapped bytes after destructor " + std::to_string(os.mapped_bytes()) + " != leaked " + std::to_string(leaked_));
@@ -352,6 +424,10 @@ private:
         const std::size_t before = pending_bytes_ref();
         const auto pushed_at = dt::manual_clock::now();  // a push over the cap moves the clock
         if (items_ref() == 0) waiting_since_ = pushed_at;
+        {
+            std::lock_guard lock(log_mutex_);
+            witness_.pushed(it.addr, it.length, it.fd);
+        }
         push();
         items_.push_back(it);
         ++expected_.items_pushed;
@@ -579,6 +655,10 @@ private:
                    ns{static_cast<std::int64_t>(script_rng_.below(jitter_ns_ + 1))};
         }
         if (call.op != call_kind::map) log_.push_back({call, cost});
+        if (call.op == call_kind::unmap || call.op == call_kind::close) {
+            witness_.saw(call);
+            ++counts_.calls_witnessed;
+        }
         return cost;
     }
 
@@ -867,6 +947,7 @@ private:
     // ---- checks after every operation ----
 
     bool check(const std::string& what) {
+        if (!witness_checks_out(what)) return false;
         auto& os = dt::script();
         if (os.misuse() != 0) return fail(what + ": double close or double unmap");
         const bool async = options_.close_on_worker || options_.unmap_on_worker;
@@ -942,6 +1023,11 @@ private:
         return true;
     }
 
+    bool witness_checks_out(const std::string& what) {
+        std::lock_guard lock(log_mutex_);
+        return witness_.violation().empty() || fail(what + ": " + witness_.violation() + mode());
+    }
+
     bool fail(const std::string& message) {
         if (failure_.empty()) failure_ = message;
         return false;
@@ -973,6 +1059,7 @@ private:
     std::mutex log_mutex_;
     std::vector<logged> log_;
     std::vector<logged> carried_;  // a worker's step split across two looks at the log
+    order_witness witness_;        // every munmap and close, as made
     std::uint64_t unmap_rate_ = 0;  // out of 256
     std::uint64_t close_rate_ = 0;
     double unmap_ns_per_byte_ = 0;
