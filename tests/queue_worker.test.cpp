@@ -191,12 +191,12 @@ TEST_CASE("queue: with close_on_worker, a flush closes nothing before the closes
         while (!release) std::this_thread::yield();
     };
     scripted_queue q{std::move(options)};
+    auto older = dt::make_region(mib);  // opened before the stuck close releases its number
+    const int older_fd = older.fd();
     q.push(dt::scripted_fd{stuck_fd});
     CHECK(q.drain(1s).fds_handed_off == 1);
     for (int i = 0; i < 10000 && !stuck; ++i) std::this_thread::sleep_for(1ms);
     REQUIRE(stuck);
-    auto older = dt::make_region(mib);
-    const int older_fd = older.fd();
     q.push(std::move(older));
     CHECK(q.drain(1s).fds_handed_off == 1);  // waits in the worker's ring behind the stuck close
     auto newer = dt::make_region(mib);
@@ -213,4 +213,5 @@ TEST_CASE("queue: with close_on_worker, a flush closes nothing before the closes
     CHECK(closed == std::vector<int>{stuck_fd, older_fd, newer_fd});
     CHECK(q.empty());
     CHECK(os.open_fds() == 0);
+    CHECK(os.misuse() == 0);
 }

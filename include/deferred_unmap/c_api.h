@@ -2,8 +2,8 @@
  *
  * Guarantees: every pushed resource is torn down exactly once, the mapping before the descriptor,
  * munmaps and closes each oldest first, no close before the munmap of anything pushed earlier (a
- * mapping pushed before its descriptor is unmapped first; a close the worker's ring has no room for
- * is made at once and may pass older ones the worker holds), in budgeted steps from du_queue_drain(); see
+ * mapping pushed before its descriptor is unmapped first; a close a drain cannot hand to the worker
+ * because its ring cannot grow is made at once and may pass older ones the worker holds), in budgeted steps from du_queue_drain(); see
  * reclaim_queue.hpp for the model. No function lets a C++ exception through. A push either takes
  * ownership (returns 0) or returns -EINVAL and leaves everything with the caller. Definitions: <deferred_unmap/c_api_impl.hpp>, included by exactly one
  * C++ source of the host, or the ready static library (CMake deferred_unmap::c, Meson deferred_unmap_c).
@@ -143,8 +143,9 @@ int du_queue_push_fd(du_queue *q, int fd) DU_NOEXCEPT;
  * budget_ns <= 0: does nothing but report the counts; NULL q: an all-zero report. */
 du_drain_report du_queue_drain(du_queue *q, int64_t budget_ns) DU_NOEXCEPT;
 
-/* Tears everything down now and waits for the worker: munmaps on this thread, closes too unless
- * close_on_worker hands them to the worker after those it holds. Blocks; NULL is a no-op. */
+/* Tears everything down now and waits for the worker: munmaps on this thread, closes too, except
+ * with close_on_worker alone, which hands them to the worker after those it holds (worker_fd then
+ * becomes readable). Blocks; NULL is a no-op. */
 void du_queue_flush(du_queue *q) DU_NOEXCEPT;
 
 /* When to drain even if no frame comes, in CLOCK_MONOTONIC ns (for a timerfd with TFD_TIMER_ABSTIME);

@@ -45,7 +45,8 @@ struct reclaim_options {
     /// With close_on_worker alone, the worker runs at nice 10 (Linux; elsewhere ignored): it takes no
     /// mmap_lock, so however late it runs it cannot make the frame thread's mmap() wait. It still shares
     /// the queue's short bookkeeping locks, so on a saturated CPU a push or drain may wait a scheduling
-    /// period behind it (SCHED_IDLE made that a second; hence a nice value). Ignored with
+    /// period behind it (SCHED_IDLE made that a second; hence a nice value), and flush(), the
+    /// destructor and a push the queue cannot grow for wait for its closes. Ignored with
     /// unmap_on_worker: a worker preempted while it holds mmap_lock would stall every mmap and page
     /// fault of the process behind it, so the unmapping worker keeps the creating thread's priority.
     bool low_priority_closes = false;

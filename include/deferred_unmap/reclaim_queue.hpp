@@ -3,9 +3,10 @@
 // Guarantees: every pushed item is torn down exactly once, mapping before descriptor, munmaps oldest
 // first and closes oldest first, and no close before the munmap of anything pushed earlier (so a pool
 // pushed as a mapping, then its descriptor, is unmapped first), even when the queue cannot grow (then
-// everything older goes first, on the pushing thread). One exception to the closes' order: with
-// close_on_worker, a close the worker's ring cannot grow to take is made at once by the caller, and
-// may pass older closes the worker still holds (never a munmap). A close that does not fit what is left of a
+// everything older goes first, the closes with close_on_worker on the worker, then it on the pushing
+// thread). One exception to the closes' order: with close_on_worker, a close that a drain cannot hand
+// to the worker because the worker's ring cannot grow is made at once by the drain, and may pass
+// older closes the worker still holds (never a munmap). A close that does not fit what is left of a
 // drain waits to go first in the next one while this drain unmaps the next item, so a long close does
 // not leave a budget unused. Work is
 // cut into steps (one munmap predicted to hold mmap_lock at most max_step, or one close) whose cost a
@@ -84,7 +85,18 @@ public:
           books_(options_.max_delay, options_.prior),
           engine_(books_, options_, chunk_size(options_.unmap_chunk_bytes)),
           worker_(books_, engine_, options_) {
-        if (hands_off_closes()) hand_off_ = [this](int fd, std::size_t bytes) { return worker_.hand_off(fd, bytes); };
+        if (hands_off_closes()) {
+            hand_off_ = [this](int fd, std::size_t bytes) { return worker_.hand_off(fd, bytes); };
+            // A run with no budget (flush, a push over the cap) that cannot hand a close off makes it
+            // itself, but only once the worker has made the older ones. The wait is safe under the
+            // step lock: this worker only closes and never takes it.
+            hand_off_or_wait_ = [this](int fd, std::size_t bytes) {
+                if (worker_.hand_off(fd, bytes)) return true;
+                worker_.wake();
+                worker_.wait_idle();
+                return false;
+            };
+        }
         if (!books_.reserve(options_.initial_capacity)) throw_bad_alloc();
         if (uses_worker()) worker_.start();
     }
@@ -135,12 +147,14 @@ public:
         return run_drain(Clock::now(), {.deadline = deadline, .first_step_free = false, .unmap_pause = unmap_pause()});
     }
 
-    /// Tears everything down now and waits for the worker: the munmaps on this thread, the closes too
-    /// unless close_on_worker hands them, after those it already holds, to the worker. Never throws.
-    /// May block for the whole teardown. Waits for any other thread's steps first.
+    /// Tears everything down now and waits for the worker: the munmaps on this thread, and the closes
+    /// too, except with close_on_worker without unmap_on_worker, where they go to the worker after the
+    /// closes it already holds, as a drain's do (so they count as worker steps, the model does not
+    /// learn from them, and worker_done_fd() becomes readable). Never throws. May block for the whole
+    /// teardown. Waits for any other thread's steps first.
     void flush() noexcept {
         drain_report scratch;
-        engine_.run_blocking({.hand_off = hands_off_closes(), .site = detail::step_site::flush}, scratch, hand_off_);
+        engine_.run_blocking({.hand_off = hands_off_closes(), .site = detail::step_site::flush}, scratch, hand_off_or_wait_);
         if (!uses_worker()) return;
         if (scratch.fds_handed_off > 0) worker_.wake();
         worker_.wait_idle();
@@ -252,7 +266,7 @@ private:
         if (pending_bytes() <= options_.max_pending_bytes) return;
         drain_report scratch;
         engine_.run_blocking({.hand_off = hands_off_closes(), .until_under_cap = true, .site = detail::step_site::cap},
-                             scratch, hand_off_);
+                             scratch, hand_off_or_wait_);
         if (scratch.fds_handed_off > 0) worker_.wake();
     }
 
@@ -267,6 +281,7 @@ private:
     detail::backlog<Clock> books_;
     detail::step_engine<Clock, Os> engine_;
     typename detail::step_engine<Clock, Os>::hand_off_fn hand_off_;  // empty unless hands_off_closes()
+    typename detail::step_engine<Clock, Os>::hand_off_fn hand_off_or_wait_;  // the same, for runs with no budget
     detail::worker<Clock, Os> worker_;  // last: its thread stops before the rest goes
 };
 
