@@ -3,10 +3,12 @@
  * Guarantees: every pushed resource is torn down exactly once, the mapping before the descriptor,
  * munmaps and closes each oldest first, no close before the munmap of anything pushed earlier (a
  * mapping pushed before its descriptor is unmapped first; a close a drain cannot hand to the worker
- * because its ring cannot grow is made at once and may pass older ones the worker holds), in budgeted steps from du_queue_drain(); see
- * reclaim_queue.hpp for the model. No function lets a C++ exception through. A push either takes
- * ownership (returns 0) or returns -EINVAL and leaves everything with the caller. Definitions: <deferred_unmap/c_api_impl.hpp>, included by exactly one
- * C++ source of the host, or the ready static library (CMake deferred_unmap::c, Meson deferred_unmap_c).
+ * because its ring cannot grow is made at once and may pass older ones the worker holds), in
+ * budgeted steps from du_queue_drain(); see reclaim_queue.hpp for the model. No function lets a C++
+ * exception through. A push either takes ownership (returns 0) or returns -EINVAL and leaves
+ * everything with the caller. Definitions: <deferred_unmap/c_api_impl.hpp>, included by exactly one
+ * C++ source of the host, or the ready static library (CMake deferred_unmap::c, Meson
+ * deferred_unmap_c).
  *
  *   du_queue_options opts;
  *   du_queue_options_init(&opts);                         // defaults: closes on a worker thread
