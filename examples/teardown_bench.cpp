@@ -763,25 +763,36 @@ row measure_close_locality(std::size_t bytes, nanoseconds interval) {
 
 // ---- call cost: what a munmap call costs beyond the pages it frees --------------------------------
 
+/// `bytes` / `parts`, rounded up to whole pages: one step of a pool cut into `parts`.
+std::size_t part_bytes(std::size_t bytes, std::size_t parts) {
+    const std::size_t page = du::detail::page_size();
+    return (bytes / parts + page - 1) / page * page;
+}
+
+/// A pool mapped again as separate mappings, inside a reserved range that also holds the PROT_NONE
+/// pages between them.
+struct mapped_pieces {
+    std::vector<std::span<std::byte>> maps;
+    std::span<std::byte> reserved;
+};
+
 /// `bytes` of `fd` mapped again, read-only with its page tables filled (as the compositor's read
 /// mapping is), as `pieces` mappings with a PROT_NONE page between each, so that the kernel cannot
-/// merge them into one VMA. Returns the pieces and, last, the whole reserved range.
-std::vector<std::span<std::byte>> map_pieces(int fd, std::size_t bytes, std::size_t pieces) {
+/// merge them into one VMA.
+mapped_pieces map_pieces(int fd, std::size_t bytes, std::size_t pieces) {
     const std::size_t page = du::detail::page_size();
-    const std::size_t step = (bytes / pieces + page - 1) / page * page;
-    const std::size_t count = (bytes + step - 1) / step;
-    const std::size_t reserved = bytes + count * page;
+    const std::size_t step = part_bytes(bytes, pieces);
+    const std::size_t reserved = bytes + (bytes + step - 1) / step * page;
     void* base = ::mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) die("call cost: mmap (reserve)");
-    std::vector<std::span<std::byte>> out;
+    mapped_pieces out{{}, {static_cast<std::byte*>(base), reserved}};
     auto* at = static_cast<std::byte*>(base);
     for (std::size_t offset = 0; offset < bytes; offset += step, at += step + page) {
         const std::size_t length = std::min(step, bytes - offset);
         if (::mmap(at, length, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, static_cast<off_t>(offset)) == MAP_FAILED)
             die("call cost: mmap (piece)");
-        out.emplace_back(at, length);
+        out.maps.emplace_back(at, length);
     }
-    out.emplace_back(static_cast<std::byte*>(base), reserved);
     return out;
 }
 
@@ -801,18 +812,15 @@ row measure_call_cost(std::size_t bytes, std::size_t calls) {
         const std::size_t way = (i + i / ways) % ways;
         auto parts = pools[i].release();
         const std::span<std::byte> original = parts.map.release();
-        auto pieces = map_pieces(parts.fd.get(), original.size(), way == 2 ? calls : 1);
+        const mapped_pieces pieces = map_pieces(parts.fd.get(), original.size(), way == 2 ? calls : 1);
         if (::munmap(original.data(), original.size()) != 0) die("call cost: munmap (original)");
-        const std::span<std::byte> reserved = pieces.back();
-        pieces.pop_back();
-        const std::size_t page = du::detail::page_size();
-        const std::size_t step = way == 1 ? (pieces.front().size() / calls + page - 1) / page * page : pieces.front().size();
+        const std::size_t step = way == 1 ? part_bytes(original.size(), calls) : original.size();
         const nanoseconds start = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
-        for (const auto piece : pieces)
+        for (const auto piece : pieces.maps)
             for (std::size_t at = 0; at < piece.size(); at += step)
                 if (::munmap(piece.data() + at, std::min(step, piece.size() - at)) != 0) die("call cost: munmap");
         us[way].push_back(to_us(cpu_clock(CLOCK_THREAD_CPUTIME_ID) - start));
-        if (::munmap(reserved.data(), reserved.size()) != 0) die("call cost: munmap (guard pages)");
+        if (::munmap(pieces.reserved.data(), pieces.reserved.size()) != 0) die("call cost: munmap (guard pages)");
     }
     const double one = median_of(us[0]), split = median_of(us[1]), separate = median_of(us[2]);
     const auto per_call = [calls](double extra) { return calls > 1 ? extra / static_cast<double>(calls - 1) : 0.0; };

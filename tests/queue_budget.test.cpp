@@ -48,7 +48,7 @@ TEST_CASE("queue: drain(0) does nothing") {
 namespace {
 
 // Runs drain(budget) on `q` for each budget and checks that every step after the first ended inside
-// it (predictions are exact here). Returns, per drain, what it spent and the step drain(1ns) ran next.
+// it (predictions are exact here). Returns, per drain, the budget it left and the step drain(1ns) ran next.
 std::vector<std::pair<std::chrono::nanoseconds, dt::os_call>> drains_inside(scripted_queue& q, double close_rate_used) {
     std::vector<std::pair<std::chrono::nanoseconds, dt::os_call>> out;
     for (const auto budget : {1000us, 300us, 777us, 2500us}) {
