@@ -2,6 +2,7 @@
 
 #include "test_support.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <thread>
@@ -204,10 +205,11 @@ TEST_CASE("queue: drain_until goes on unmapping while the close set aside fits n
     scripted_queue q{inline_mode({.prior = exact_model()})};
     q.push(dt::make_region(3 * mib));
     q.push(dt::make_region(20 * mib));
-    const auto first = q.drain_until(dt::manual_clock::now() + 320us);
+    // The first pool's munmap takes ~151 us; the second pool's go in six even steps of ~168 us.
+    const auto first = q.drain_until(dt::manual_clock::now() + 300us);
     CHECK(first.steps == 1);  // the first pool's munmap; its 451 us close is set aside
-    const auto second = q.drain_until(dt::manual_clock::now() + 320us);
-    CHECK(second.steps >= 1);  // the close still does not fit, the second pool's ~200 us steps do
+    const auto second = q.drain_until(dt::manual_clock::now() + 300us);
+    CHECK(second.steps >= 1);  // the close still does not fit, the second pool's steps do
     CHECK(second.fds_closed == 0);
     CHECK(second.bytes_unmapped > 0);
     const std::size_t seen = dt::script().calls().size();
@@ -415,16 +417,32 @@ TEST_CASE("queue: on a slow machine steps are cut so each is predicted, and meas
     while (!q.empty()) q.drain(1ms);
     const auto lengths = unmap_lengths(0);
     const std::size_t page = du::detail::page_size();
-    // floor((200 us - 1 us) / 0.5 ns) bytes, in whole pages.
-    const std::size_t expected = 398'000 / page * page;
-    REQUIRE(lengths.size() == (4 * mib + expected - 1) / expected);
-    for (std::size_t i = 0; i < lengths.size(); ++i) {
-        if (i + 1 < lengths.size()) CHECK(lengths[i] == expected);
-        CHECK(lengths[i] % page == 0);
-        CHECK(model.predict_unmap(lengths[i]) <= 200us);
-        CHECK(cost_of({call_kind::unmap, nullptr, lengths[i]}) <= 200us);
+    // At most floor((200 us - 1 us) / 0.5 ns) bytes, in whole pages: as few steps as that allows.
+    const std::size_t fit = 398'000 / page * page;
+    REQUIRE(lengths.size() == (4 * mib + fit - 1) / fit);
+    for (const std::size_t length : lengths) {
+        CHECK(length % page == 0);
+        CHECK(length <= fit);
+        CHECK(model.predict_unmap(length) <= 200us);
+        CHECK(cost_of({call_kind::unmap, nullptr, length}) <= 200us);
     }
     CHECK(q.stats().bytes_unmapped == 4 * mib);
+}
+
+TEST_CASE("queue: a pool a little longer than two steps goes in three even steps, not two and a sliver") {
+    scripted_costs();  // 50 us per MiB: ~4 MiB fit in max_step 200 us
+    const std::size_t page = du::detail::page_size();
+    const std::size_t fit = du::detail::step_bytes(exact_model(), 200us, page);
+    const std::size_t length = 2 * fit + 4 * page;
+    scripted_queue q{inline_mode({.max_step = 200us, .prior = exact_model()})};
+    q.push(dt::make_region(length));
+    while (!q.empty()) q.drain(1ms);
+    const auto lengths = unmap_lengths(0);
+    REQUIRE(lengths.size() == 3);
+    const auto [shortest, longest] = std::minmax_element(lengths.begin(), lengths.end());
+    CHECK(*longest - *shortest <= page);
+    CHECK(*longest <= fit);
+    CHECK(q.stats().bytes_unmapped == length);
 }
 
 TEST_CASE("queue: unmap_chunk_bytes still caps a step the model would let run longer") {

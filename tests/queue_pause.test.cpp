@@ -12,7 +12,7 @@ using namespace std::chrono_literals;
 namespace {
 
 // Scripted costs: 1 us per call, 50 us per MiB unmapped, 1 us per MiB closed. With max_step 200 us a
-// munmap step covers ~4 MiB, so an 8 MiB pool takes two or three of them.
+// munmap step covers at most ~4 MiB, so an 8 MiB pool goes in three even steps of ~134 us.
 constexpr double unmap_rate = 50'000.0 / static_cast<double>(mib);
 constexpr double close_rate = 1'000.0 / static_cast<double>(mib);
 
@@ -119,12 +119,12 @@ TEST_CASE("drain_pause: drain_until sleeps too, and never sleeps into a deadline
     auto calls = calls_since(seen);
     CHECK(count(calls, call_kind::pause) >= 2);
     CHECK(unpaused_unmap_pairs(calls) == 0);
-    // Room for two ~200 us steps back to back, not with 30 us between them: one step, no sleep.
+    // Room for two ~134 us steps back to back, not with 30 us between them: one step, no sleep.
     q.push(dt::make_region(8 * mib));
     q.flush();
     q.push(dt::make_region(8 * mib));
     seen = dt::script().calls().size();
-    deadline = dt::manual_clock::now() + 420us;
+    deadline = dt::manual_clock::now() + 285us;
     q.drain_until(deadline);
     calls = calls_since(seen);
     CHECK(count(calls, call_kind::unmap) == 1);
@@ -132,13 +132,13 @@ TEST_CASE("drain_pause: drain_until sleeps too, and never sleeps into a deadline
 }
 
 TEST_CASE("drain_pause: a sleep that runs long ends the drain instead of a step past the deadline") {
-    scripted_costs(600us);  // a 50 us sleep takes 650 us
+    scripted_costs(750us);  // a 50 us sleep takes 800 us
     scripted_queue q{paced(50us)};
     q.push(dt::make_region(8 * mib));
     const std::size_t seen = dt::script().calls().size();
     const auto report = q.drain(1ms);
     const auto calls = calls_since(seen);
-    CHECK(report.steps == 1);  // ~200 us, then the sleep to ~850 us: a second step would end past 1 ms
+    CHECK(report.steps == 1);  // ~134 us, then the sleep to ~934 us: a second step would end past 1 ms
     REQUIRE(calls.size() == 2);
     CHECK(calls.back().op == call_kind::pause);
     CHECK(report.elapsed <= 1ms);
@@ -290,7 +290,7 @@ TEST_CASE("drain_pause: an Os that cannot sleep runs steps back to back and spen
         scripted_costs();
         du::basic_reclaim_queue<dt::manual_clock, sleepless_os> q{paced(pause)};
         for (int i = 0; i < 3; ++i) q.push(make_region_for<sleepless_os>(8 * mib));
-        // 450 us: room for two ~200 us steps back to back, for one if 100 us were kept for a pause.
+        // 450 us: room for three ~134 us steps back to back, for two if 100 us were kept for a pause.
         steps[pause == 0ns ? 0 : 1] = q.drain(450us).steps;
         CHECK(dt::script().count(call_kind::pause) == 0);
     }

@@ -711,17 +711,22 @@ private:
     [[nodiscard]] static bool unmapping(const ref_item& it) noexcept { return it.unmapped < it.length; }
     // Closes are handed to the worker one by one (close_on_worker, unless the worker makes every call).
     [[nodiscard]] bool hands_off() const noexcept { return options_.close_on_worker && !options_.unmap_on_worker; }
-    // The reference rule for a step's length, written out apart from the queue's: the whole pages the
-    // model predicts fit in max_step (at least one), capped by the chunk and by what is left.
+    // The reference rule for a step's length, written out apart from the queue's: the chunk capped by
+    // what is left when the model predicts it fits in max_step; otherwise what is left shared evenly,
+    // in whole pages, among the fewest steps of the whole pages that fit (at least one).
     [[nodiscard]] std::size_t next_chunk(const ref_item& it) const noexcept {
         const std::size_t page = du::detail::page_size();
-        const std::size_t cap = std::min(chunk_, it.length - it.unmapped);
+        const std::size_t left = it.length - it.unmapped;
+        const std::size_t cap = std::min(chunk_, left);
         const auto room = options_.max_step - model_.call_overhead;
-        if (room <= ns{0}) return std::min(page, cap);
-        if (model_.unmap_ns_per_byte <= 0.0) return cap;
-        const double fits = static_cast<double>(room.count()) / model_.unmap_ns_per_byte;
+        if (room > ns{0} && model_.unmap_ns_per_byte <= 0.0) return cap;
+        const double fits = room > ns{0} ? static_cast<double>(room.count()) / model_.unmap_ns_per_byte : 0.0;
         if (fits >= static_cast<double>(cap)) return cap;
-        return std::min(std::max(static_cast<std::size_t>(fits) / page, std::size_t{1}) * page, cap);
+        const std::size_t fit = std::max(static_cast<std::size_t>(fits) / page, std::size_t{1}) * page;
+        if (fit >= cap) return cap;
+        const std::size_t steps = left / fit + (left % fit != 0 ? 1 : 0);
+        const std::size_t share = left / steps + (left % steps != 0 ? 1 : 0);
+        return std::min((share + page - 1) / page * page, left);
     }
     // The munmap length the queue may use now, given it used `seen`. With unmap_on_worker the model
     // also learns from the worker's steps, which the manual clock does not time, so the reference

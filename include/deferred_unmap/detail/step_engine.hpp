@@ -85,6 +85,17 @@ inline std::size_t step_bytes(const cost_model& model, std::chrono::nanoseconds 
     return std::max(pages, std::size_t{1}) * page;
 }
 
+/// The next of the fewest steps of at most `fit` bytes (a page multiple) that cover `left`, cut alike:
+/// whole pages (the last may end mid-page, with the mapping), within one page of the others. A cut
+/// that leaves a sliver makes one short call that costs mostly its entry and a TLB flush, and teaches
+/// the model a rate inflated by them. Pure, O(1).
+inline std::size_t even_step_bytes(std::size_t left, std::size_t fit, std::size_t page) noexcept {
+    const auto ceil_div = [](std::size_t a, std::size_t b) { return a / b + (a % b != 0 ? 1 : 0); };
+    const std::size_t left_pages = ceil_div(left, page);
+    const std::size_t steps = ceil_div(left_pages, fit / page);
+    return std::min(ceil_div(left_pages, steps) * page, left);
+}
+
 template <class Clock, class Os>
 class step_engine {
 public:
@@ -236,12 +247,15 @@ private:
 
     [[nodiscard]] bool unmapping() const DU_REQUIRES(mutex_) { return target().unmapped < target().length; }
 
-    // The next munmap's length: as many whole pages as the model predicts fit in max_step, at least one
-    // page (a step must make progress however slow the model says the machine is), at most
-    // min(unmap_chunk_bytes, what is left of the current item).
+    // The next munmap's length: min(unmap_chunk_bytes, what is left of the current item) where the
+    // model predicts that fits in max_step; otherwise what is left cut evenly into the fewest steps the
+    // model predicts fit, each at least a page (a step must make progress however slow the model
+    // says the machine is).
     [[nodiscard]] std::size_t next_chunk() const DU_REQUIRES(mutex_) {
-        const std::size_t upper = std::min(chunk_bytes_, target().length - target().unmapped);
-        return std::min(step_bytes(model_, options_.max_step, page_size()), upper);
+        const std::size_t left = target().length - target().unmapped;
+        const std::size_t upper = std::min(chunk_bytes_, left);
+        const std::size_t fit = step_bytes(model_, options_.max_step, page_size());
+        return fit >= upper ? upper : even_step_bytes(left, fit, page_size());
     }
 
     [[nodiscard]] std::chrono::nanoseconds predict_next() const DU_REQUIRES(mutex_) {
