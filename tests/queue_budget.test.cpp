@@ -389,13 +389,13 @@ std::vector<std::size_t> unmap_lengths(std::size_t seen) {
     return lengths;
 }
 
-// A 20 MiB pool torn down in one 10 ms drain on a fast scripted machine (5 us per MiB, 20 MiB in
-// ~100 us) whose steps unmap_chunk_bytes caps at `cap`; the munmap lengths it made.
-std::vector<std::size_t> fast_machine_steps(std::size_t cap) {
+// A pool (20 MiB unless said) torn down in one 10 ms drain on a fast scripted machine (5 us per MiB,
+// 20 MiB in ~100 us) whose steps unmap_chunk_bytes caps at `cap`; the munmap lengths it made.
+std::vector<std::size_t> fast_machine_steps(std::size_t cap, std::size_t pool = 20 * mib) {
     constexpr double fast = 5'000.0 / static_cast<double>(mib);
     scripted_costs().unmap_ns_per_byte = fast;
     scripted_queue q{inline_mode({.unmap_chunk_bytes = cap, .prior = unmap_model(fast)})};
-    q.push(dt::make_region(20 * mib));
+    q.push(dt::make_region(pool));
     q.drain(10ms);
     CHECK(q.empty());
     return unmap_lengths(0);
@@ -426,6 +426,8 @@ TEST_CASE("queue: on a slow machine steps are cut so each is predicted, and meas
         CHECK(model.predict_unmap(length) <= 200us);
         CHECK(cost_of({call_kind::unmap, nullptr, length}) <= 200us);
     }
+    const auto [shortest, longest] = std::minmax_element(lengths.begin(), lengths.end());
+    CHECK(*longest - *shortest <= page);
     CHECK(q.stats().bytes_unmapped == 4 * mib);
 }
 
@@ -447,6 +449,29 @@ TEST_CASE("queue: a pool a little longer than two steps goes in three even steps
 
 TEST_CASE("queue: unmap_chunk_bytes still caps a step the model would let run longer") {
     CHECK(fast_machine_steps(2 * mib) == std::vector<std::size_t>(10, 2 * mib));
+}
+
+TEST_CASE("queue: where unmap_chunk_bytes binds, steps keep its size and the last takes what is left") {
+    auto expected = std::vector<std::size_t>(10, 2 * mib);
+    expected.push_back(mib);
+    CHECK(fast_machine_steps(2 * mib, 21 * mib) == expected);
+}
+
+TEST_CASE("queue: even steps are whole pages, within a page of each other, as few as fit allows") {
+    const std::size_t page = du::detail::page_size();
+    const auto steps_for = [page](std::size_t left, std::size_t fit) {
+        std::vector<std::size_t> steps;
+        while (left > 0) {
+            steps.push_back(du::detail::even_step_bytes(left, fit, page));
+            left -= steps.back();
+        }
+        return steps;
+    };
+    CHECK(steps_for(10 * page, 4 * page) == std::vector<std::size_t>{4 * page, 3 * page, 3 * page});
+    CHECK(steps_for(8 * page, 4 * page) == std::vector<std::size_t>{4 * page, 4 * page});
+    CHECK(steps_for(9 * page, 4 * page) == std::vector<std::size_t>{3 * page, 3 * page, 3 * page});
+    CHECK(steps_for(3 * page, 4 * page) == std::vector<std::size_t>{3 * page});
+    CHECK(steps_for(3 * page, page / 2) == std::vector<std::size_t>(3, page));  // under a page counts as one
 }
 
 TEST_CASE("queue: a step is never shorter than one page, however slow the model") {

@@ -29,9 +29,9 @@ struct reclaim_options {
     /// Longest a munmap step is predicted to hold mmap_lock. A step takes min(unmap_chunk_bytes, what
     /// is left) where the learned model predicts that fits; otherwise what is left is cut evenly into
     /// the fewest whole-page steps of at most floor_to_page((max_step - call_overhead) /
-    /// unmap_ns_per_byte), at least one page each, so a slow machine cuts its steps finer and none is a
-    /// sliver. 200 us is what one munmap of a whole 19.8 MiB pool took on the original report's
-    /// desktop. Must be > 0.
+    /// unmap_ns_per_byte), at least one page each, so a slow machine cuts its steps finer and, unless
+    /// unmap_chunk_bytes is what binds, none is a sliver. 200 us is what one munmap of a whole
+    /// 19.8 MiB pool took on the original report's desktop. Must be > 0.
     std::chrono::nanoseconds max_step = std::chrono::microseconds{200};
     /// Hard cap on mapped bytes waiting; a push beyond it reclaims the oldest at once until it fits.
     std::size_t max_pending_bytes = std::numeric_limits<std::size_t>::max();

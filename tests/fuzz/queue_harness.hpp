@@ -712,8 +712,9 @@ private:
     // Closes are handed to the worker one by one (close_on_worker, unless the worker makes every call).
     [[nodiscard]] bool hands_off() const noexcept { return options_.close_on_worker && !options_.unmap_on_worker; }
     // The reference rule for a step's length, written out apart from the queue's: the chunk capped by
-    // what is left when the model predicts it fits in max_step; otherwise what is left shared evenly,
-    // in whole pages, among the fewest steps of the whole pages that fit (at least one).
+    // what is left when the model predicts it fits in max_step; otherwise an even share, in whole
+    // pages, of what is left among the fewest steps no longer than the whole pages that fit (at
+    // least one page).
     [[nodiscard]] std::size_t next_chunk(const ref_item& it) const noexcept {
         const std::size_t page = du::detail::page_size();
         const std::size_t left = it.length - it.unmapped;

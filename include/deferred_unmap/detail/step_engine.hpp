@@ -85,15 +85,17 @@ inline std::size_t step_bytes(const cost_model& model, std::chrono::nanoseconds 
     return std::max(pages, std::size_t{1}) * page;
 }
 
-/// The next of the fewest steps of at most `fit` bytes (a page multiple) that cover `left`, cut alike:
-/// whole pages (the last may end mid-page, with the mapping), within one page of the others. A cut
-/// that leaves a sliver makes one short call that costs mostly its entry and a TLB flush, and teaches
-/// the model a rate inflated by them. Pure, O(1).
+/// The next of the fewest steps of at most `fit` bytes that cover `left`, cut alike: whole pages,
+/// within one page of the others for as long as `fit` stays the same. A cut that leaves a sliver
+/// makes one short call that costs mostly its entry and a TLB flush; one of 64 KiB or more also
+/// teaches the model a rate inflated by them. `left` and `fit` are page multiples (a `fit` under a
+/// page counts as one). Pure, O(1).
 inline std::size_t even_step_bytes(std::size_t left, std::size_t fit, std::size_t page) noexcept {
+    if (fit >= left) return left;
     const auto ceil_div = [](std::size_t a, std::size_t b) { return a / b + (a % b != 0 ? 1 : 0); };
-    const std::size_t left_pages = ceil_div(left, page);
-    const std::size_t steps = ceil_div(left_pages, fit / page);
-    return std::min(ceil_div(left_pages, steps) * page, left);
+    const std::size_t left_pages = left / page;
+    const std::size_t steps = ceil_div(left_pages, std::max(fit / page, std::size_t{1}));
+    return ceil_div(left_pages, steps) * page;
 }
 
 template <class Clock, class Os>
