@@ -472,6 +472,7 @@ TEST_CASE("queue: even steps are whole pages, within a page of each other, as fe
     CHECK(steps_for(9 * page, 4 * page) == std::vector<std::size_t>{3 * page, 3 * page, 3 * page});
     CHECK(steps_for(3 * page, 4 * page) == std::vector<std::size_t>{3 * page});
     CHECK(steps_for(3 * page, page / 2) == std::vector<std::size_t>(3, page));  // under a page counts as one
+    CHECK(du::detail::even_step_bytes(page / 2, page / 4, page) == page / 2);  // no division by zero pages
 }
 
 TEST_CASE("queue: a step is never shorter than one page, however slow the model") {

@@ -89,9 +89,9 @@ inline std::size_t step_bytes(const cost_model& model, std::chrono::nanoseconds 
 /// within one page of the others for as long as `fit` stays the same. A cut that leaves a sliver
 /// makes one short call that costs mostly its entry and a TLB flush; one of 64 KiB or more also
 /// teaches the model a rate inflated by them. `left` and `fit` are page multiples (a `fit` under a
-/// page counts as one). Pure, O(1).
+/// page counts as one; a `left` under a page goes whole). Pure, O(1).
 inline std::size_t even_step_bytes(std::size_t left, std::size_t fit, std::size_t page) noexcept {
-    if (fit >= left) return left;
+    if (fit >= left || left < page) return left;
     const auto ceil_div = [](std::size_t a, std::size_t b) { return a / b + (a % b != 0 ? 1 : 0); };
     const std::size_t left_pages = left / page;
     const std::size_t steps = ceil_div(left_pages, std::max(fit / page, std::size_t{1}));
