@@ -3,6 +3,18 @@
 du_add_example(teardown_bench teardown_bench.cpp)
 du_add_example(stutter_demo stutter_demo.cpp)
 
+# The checkout's commit, looked up at every build, so each report and JSON names the code it measured.
+set(du_bench_revision ${CMAKE_CURRENT_BINARY_DIR}/revision/du_source_revision.h)
+add_custom_target(du_bench_revision
+    COMMAND ${CMAKE_COMMAND} -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DOUTPUT=${du_bench_revision}
+        -P ${PROJECT_SOURCE_DIR}/cmake/source_revision.cmake
+    BYPRODUCTS ${du_bench_revision}
+    VERBATIM)
+foreach(tool teardown_bench stutter_demo)
+    add_dependencies(${tool} du_bench_revision)
+    target_include_directories(${tool} PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/revision)
+endforeach()
+
 if(DEFERRED_UNMAP_BUILD_TESTS)
     find_package(Python3 COMPONENTS Interpreter)
     if(Python3_Interpreter_FOUND)

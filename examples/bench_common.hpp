@@ -15,6 +15,12 @@
 
 #include <deferred_unmap/deferred_unmap.hpp>
 
+#if __has_include(<du_source_revision.h>)
+#include <du_source_revision.h>  // written at build time by cmake/source_revision.cmake
+#else
+#define DU_SOURCE_REVISION "unknown"
+#endif
+
 #include <sys/resource.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
@@ -31,6 +37,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <fstream>
 #include <functional>
@@ -797,7 +804,17 @@ inline std::string first_line(const char* path, std::string_view starting_with =
     return "?";
 }
 
-/// What a reader needs to compare figures: kernel, CPUs, memory, shmem THP policy, load.
+/// Now, as UTC in ISO 8601 to the second.
+inline std::string utc_now() {
+    const std::time_t t = std::time(nullptr);
+    std::tm utc{};
+    ::gmtime_r(&t, &utc);
+    char text[sizeof "2026-12-05T13:04:05Z"];
+    return std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc) == 0 ? "?" : text;
+}
+
+/// What a reader needs to compare figures: the code measured and when, kernel, CPUs, memory, shmem
+/// THP policy, load.
 inline row machine_info() {
     utsname u{};
     ::uname(&u);
@@ -805,7 +822,9 @@ inline row machine_info() {
     cpu = cpu.substr(std::min(cpu.find(':') + 2, cpu.size()));
     double load[3] = {0, 0, 0};
     ::getloadavg(load, 3);
-    return {{"kernel", std::string(u.release)},
+    return {{"source", std::string(DU_SOURCE_REVISION)},
+            {"date", utc_now()},
+            {"kernel", std::string(u.release)},
             {"cpus", static_cast<double>(std::thread::hardware_concurrency()), 0},
             {"cpu_model", cpu},
             {"mem_total", first_line("/proc/meminfo", "MemTotal")},

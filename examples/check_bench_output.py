@@ -7,6 +7,7 @@ usage: check_bench_output.py {teardown|stutter} TOOL OUT_PREFIX [tool arguments.
 import csv
 import json
 import math
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -143,6 +144,11 @@ def main():
         with open(prefix + ".json") as f:
             data = json.load(f)
         check_numbers("machine", data["machine"], ["cpus"])
+        machine = data["machine"]
+        check(re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?|unknown", str(machine.get("source"))) is not None,
+              f"machine.source is {machine.get('source')!r}, not a commit")
+        check(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", str(machine.get("date"))) is not None,
+              f"machine.date is {machine.get('date')!r}, not UTC ISO 8601")
         settings = data.get("settings") or [{}]
         check_numbers("settings", settings[0], ["budget_us", "drain_pause_us"] + (["max_step_us"] if kind == "teardown" else []))
         check_csv(prefix + ".csv", data["rows"])

@@ -318,7 +318,7 @@ int main(int argc, char** argv) {
 }
 
 // Expected output (2-core VM under load; times vary by machine, the shape does not):
-//   machine: kernel=6.18.44; cpus=2; cpu_model=AMD EPYC; ...; loadavg_1min=4.98;
+//   machine: source=bb3bab160868; date=2026-12-05T13:02:49Z; kernel=6.18.44; cpus=2; cpu_model=AMD EPYC; ...; loadavg_1min=4.98;
 //   52 pools of 19.8 MiB die at frame 20; 60 Hz, 2000 us of work per frame, 1000 us drain budget
 //
 //             strategy  worst stall ms  p99 stall  calm worst  calm p99  preempted  ...  vblanks missed  frames to return  ...

@@ -1025,7 +1025,7 @@ int main(int argc, char** argv) {
 }
 
 // Expected output (--quick on a 2-core VM under load; times vary by machine, the shape does not):
-//   machine: kernel=6.18.44; cpus=2; cpu_model=AMD EPYC; ...; shmem_thp=... [never] ...; loadavg_1min=4.52;
+//   machine: source=bb3bab160868; date=2026-12-05T13:02:49Z; kernel=6.18.44; cpus=2; cpu_model=AMD EPYC; ...; shmem_thp=... [never] ...; loadavg_1min=4.52;
 //   budget 1000 us per frame at 60 Hz; 3 rounds; bursts of 40 MiB
 //
 //   teardown (us per pool, wall time unless marked cpu; munmap summed over a pool's chunks; ...):
