@@ -25,7 +25,7 @@ if(DEFERRED_UNMAP_BUILD_TESTS)
         add_test(NAME bench.teardown_bench_smoke
             COMMAND ${Python3_EXECUTABLE} ${du_bench_check} teardown
                 $<TARGET_FILE:teardown_bench> ${du_bench_out}/teardown
-                --quick --sizes 1M,2M --burst-bytes 4M --rounds 1
+                --quick --sizes 1M,2M --burst-bytes 4M --rounds 2 --carry-model
                 --firefox-focus --firefox-bytes 1M --firefox-seconds 0.1)
         add_test(NAME bench.stutter_demo_smoke
             COMMAND ${Python3_EXECUTABLE} ${du_bench_check} stutter

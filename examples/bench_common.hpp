@@ -380,6 +380,8 @@ public:
     virtual void finish() = 0;
     /// The queue's totals, for the strategies that have one.
     [[nodiscard]] virtual std::optional<du::reclaim_stats> queue_stats() const { return std::nullopt; }
+    /// The cost model the queue learned, for the strategies that have one.
+    [[nodiscard]] virtual std::optional<du::cost_model> model() const { return std::nullopt; }
 };
 
 /// Today's compositors: tear down on the spot, in one order or the other.
@@ -464,6 +466,7 @@ public:
     [[nodiscard]] bool idle() const override { return queue_.empty(); }
     void finish() override { queue_.flush(); }
     [[nodiscard]] std::optional<du::reclaim_stats> queue_stats() const override { return queue_.stats(); }
+    [[nodiscard]] std::optional<du::cost_model> model() const override { return queue_.model(); }
 
 private:
     nanoseconds budget_;
@@ -476,35 +479,41 @@ inline du::reclaim_options fixed_steps(bool close_on_worker) {
 }
 
 /// What the queued strategies are run with: the drain budget per frame, max_step (all but the 2MiB
-/// ones) and the sleep queue+worker/pause takes between two munmap steps of a drain.
+/// ones), the sleep queue+worker/pause takes between two munmap steps of a drain, and the model a
+/// queue starts from (the library's prior when empty).
 struct queue_settings {
     nanoseconds budget{std::chrono::milliseconds{1}};
     nanoseconds max_step = du::reclaim_options{}.max_step;
     nanoseconds drain_pause{std::chrono::microseconds{50}};
+    std::optional<du::cost_model> prior;
 };
 
 inline std::unique_ptr<teardown_engine> make_engine(strategy s, const queue_settings& q) {
     const auto queued = [&](bool close_on_worker) {
         return du::reclaim_options{.max_step = q.max_step, .close_on_worker = close_on_worker};
     };
+    const auto engine = [&](du::reclaim_options options, bool wall_clock = false) {
+        if (q.prior) options.prior = *q.prior;
+        return std::make_unique<queue_engine>(q.budget, std::move(options), wall_clock);
+    };
     du::reclaim_options options = queued(true);
     switch (s) {
         case strategy::close_first: return std::make_unique<immediate_engine>(true);
         case strategy::unmap_first: return std::make_unique<immediate_engine>(false);
         case strategy::thread_drop: return std::make_unique<thread_drop_engine>();
-        case strategy::queue: return std::make_unique<queue_engine>(q.budget, queued(false));
+        case strategy::queue: return engine(queued(false));
         case strategy::queue_worker: break;
         case strategy::queue_worker_unmap:
             options = queued(false);
             options.unmap_on_worker = true;
             break;
-        case strategy::queue_fixed_steps: return std::make_unique<queue_engine>(q.budget, fixed_steps(false));
-        case strategy::queue_worker_fixed_steps: return std::make_unique<queue_engine>(q.budget, fixed_steps(true));
+        case strategy::queue_fixed_steps: return engine(fixed_steps(false));
+        case strategy::queue_worker_fixed_steps: return engine(fixed_steps(true));
         case strategy::queue_worker_low_priority: options.low_priority_closes = true; break;
         case strategy::queue_worker_pause: options.drain_pause = q.drain_pause; break;
-        case strategy::queue_worker_wall_clock: return std::make_unique<queue_engine>(q.budget, options, true);
+        case strategy::queue_worker_wall_clock: return engine(options, true);
     }
-    return std::make_unique<queue_engine>(q.budget, options);
+    return engine(options);
 }
 
 // ---------------------------------------------------------------------------------------------------

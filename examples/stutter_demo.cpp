@@ -92,7 +92,7 @@ outcome run_strategy(strategy s, const settings& cfg) {
     std::vector<std::vector<pool>> dead;
     dead.push_back(make_pools(cfg.pools, cfg.pool_bytes));
     const auto ranges = ranges_of(dead);
-    auto engine = make_engine(s, {.budget = microseconds{cfg.budget_us}, .drain_pause = microseconds{cfg.drain_pause_us}});
+    auto engine = make_engine(s, {.budget = microseconds{cfg.budget_us}, .drain_pause = microseconds{cfg.drain_pause_us}, .prior = {}});
     call_log::reset(cfg.pools * (cfg.pool_bytes / (std::size_t{2} << 20) + 3) + 64);
     progress("%s: running frames", name(s));
     const auto setup_done = steady::now();

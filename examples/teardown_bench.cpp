@@ -82,13 +82,14 @@ struct settings {
     std::size_t firefox_bytes = std::size_t{30} << 20;
     double firefox_seconds = 1.0;
     bool no_probe = false;
+    bool carry_model = false;
     unsigned pool_age_ms = 0;
     std::string csv, json;
 
     [[nodiscard]] nanoseconds interval() const { return nanoseconds{1'000'000'000 / hz}; }
     [[nodiscard]] nanoseconds budget() const { return microseconds{budget_us}; }
     [[nodiscard]] queue_settings queue() const {
-        return {.budget = budget(), .max_step = microseconds{max_step_us}, .drain_pause = microseconds{drain_pause_us}};
+        return {.budget = budget(), .max_step = microseconds{max_step_us}, .drain_pause = microseconds{drain_pause_us}, .prior = {}};
     }
 };
 
@@ -110,6 +111,8 @@ settings parse(int argc, char** argv) {
     args.bytes("--firefox-bytes", s.firefox_bytes, "its buffer size (default 30 MiB)");
     args.number("--firefox-seconds", s.firefox_seconds, "how long it drops buffers (default 1)");
     args.flag("--no-probe", s.no_probe, "skip the contention probe runs");
+    args.flag("--carry-model", s.carry_model, "each queue starts from the model its strategy's previous burst "
+                                              "learned, as a compositor's one queue does (default: the prior)");
     args.number("--pool-age-ms", s.pool_age_ms, "sleep between making a run's pools and their burst (default 0)");
     args.text("--csv", s.csv, "write the strategy rows as CSV");
     args.text("--json", s.json, "write everything as JSON");
@@ -271,13 +274,16 @@ std::vector<std::vector<pool>> make_batches(const scenario& sc) {
 /// Tears one batch down with strategy `s`. With a probe, the probe records from the burst until
 /// `probe_window` has passed or everything is back, whichever is later, so every strategy's probe
 /// sees a stretch of time of the same length.
+/// With --carry-model, `model` is the queue's prior on entry and what it learned on return.
 run_result run_once(strategy s, const scenario& sc, const settings& cfg, nanoseconds idle_frame_cpu,
-                    contention_probe* probe, nanoseconds probe_window = {}) {
+                    std::optional<du::cost_model>& model, contention_probe* probe, nanoseconds probe_window = {}) {
     auto batches = make_batches(sc);
     // A compositor's dying pools were mostly last touched long before; by default the burst meets them hot.
     std::this_thread::sleep_for(std::chrono::milliseconds{cfg.pool_age_ms});
     const auto ranges = ranges_of(batches);
-    auto engine = make_engine(s, cfg.queue());
+    queue_settings queue = cfg.queue();
+    if (cfg.carry_model) queue.prior = model;
+    auto engine = make_engine(s, queue);
     // Room for steps down to 64 KiB: max_step cuts finer than 2 MiB when munmap runs slow.
     const std::size_t chunks = sc.pool_bytes / (std::size_t{64} << 10) + 2;
     call_log::reset(sc.pools * (chunks + 1) + 64);
@@ -295,6 +301,7 @@ run_result run_once(strategy s, const scenario& sc, const settings& cfg, nanosec
     }
     r.calls = collect_calls(ranges, cfg.queue().max_step);
     r.queue = engine->queue_stats();
+    model = engine->model();
     return r;
 }
 
@@ -458,6 +465,7 @@ std::vector<row> run_scenario(const scenario& sc, const settings& cfg, nanosecon
     if (!sc.probe) probe = nullptr;
     constexpr std::size_t n = std::size(all_strategies);
     std::vector<totals> clean(n), probed(n);
+    std::vector<std::optional<du::cost_model>> models(n);  // each strategy's, carried across its runs
     totals baseline;
     const double budget_ms = to_ms(cfg.budget());
     for (std::size_t round = 0; round < sc.rounds; ++round) {
@@ -465,7 +473,7 @@ std::vector<row> run_scenario(const scenario& sc, const settings& cfg, nanosecon
         for (std::size_t k = 0; k < n; ++k) {
             const std::size_t i = (k + round) % n;  // rotate who goes first
             progress_line(sc, round, all_strategies[i], "");
-            const run_result r = run_once(all_strategies[i], sc, cfg, idle_frame_cpu, nullptr);
+            const run_result r = run_once(all_strategies[i], sc, cfg, idle_frame_cpu, models[i], nullptr);
             window = std::max(window, r.wall);
             clean[i].add(r, sc.pools, budget_ms);
         }
@@ -473,7 +481,7 @@ std::vector<row> run_scenario(const scenario& sc, const settings& cfg, nanosecon
         for (std::size_t k = 0; k < n; ++k) {
             const std::size_t i = (k + round) % n;
             progress_line(sc, round, all_strategies[i], " + probe");
-            const run_result r = run_once(all_strategies[i], sc, cfg, idle_frame_cpu, probe, window);
+            const run_result r = run_once(all_strategies[i], sc, cfg, idle_frame_cpu, models[i], probe, window);
             probed[i].add(r, sc.pools, budget_ms);
             probed[i].add_probe(*probe, r);
         }
@@ -986,8 +994,9 @@ int main(int argc, char** argv) {
     const row machine = machine_info();
     print_machine(machine);
     std::printf("budget %u us per frame at %u Hz; max_step %u us; drain_pause (queue+worker/pause) %u us; %zu rounds; "
-                "bursts of %.0f MiB\n", cfg.budget_us, cfg.hz, cfg.max_step_us, cfg.drain_pause_us, cfg.rounds,
-                static_cast<double>(cfg.burst_bytes) / (1 << 20));
+                "bursts of %.0f MiB; each queue starts from %s\n", cfg.budget_us, cfg.hz, cfg.max_step_us, cfg.drain_pause_us,
+                cfg.rounds, static_cast<double>(cfg.burst_bytes) / (1 << 20),
+                cfg.carry_model ? "what its strategy's previous burst learned" : "the prior");
     const row overhead = measure_overhead();
     const row cold_steps = measure_cold_steps(target_pool_bytes(cfg), 3, cfg.interval());
     const row close_locality = measure_close_locality(target_pool_bytes(cfg), cfg.interval());
@@ -1013,6 +1022,7 @@ int main(int argc, char** argv) {
     const row settings{{"budget_us", static_cast<double>(cfg.budget_us), 0},
                        {"hz", static_cast<double>(cfg.hz), 0},
                        {"max_step_us", static_cast<double>(cfg.max_step_us), 0},
+                       {"carry_model", cfg.carry_model ? 1.0 : 0.0, 0},
                        {"drain_pause_us", static_cast<double>(cfg.drain_pause_us), 0},
                        {"rounds", static_cast<double>(cfg.rounds), 0},
                        {"burst_bytes", static_cast<double>(cfg.burst_bytes), 0},
