@@ -23,8 +23,8 @@
 //
 // Usage: teardown_bench [--quick] [--sizes 1M,20736000,...] [--burst-bytes B] [--rounds N] [--hz N]
 //                       [--budget-us N] [--max-step-us N] [--drain-pause-us N] [--firefox-focus]
-//                       [--firefox-bytes B] [--firefox-seconds S] [--no-probe] [--pool-age-ms N]
-//                       [--csv FILE] [--json FILE]
+//                       [--firefox-bytes B] [--firefox-seconds S] [--no-probe] [--carry-model]
+//                       [--pool-age-ms N] [--csv FILE] [--json FILE]
 #include "bench_common.hpp"
 
 #include <fcntl.h>
@@ -112,7 +112,8 @@ settings parse(int argc, char** argv) {
     args.number("--firefox-seconds", s.firefox_seconds, "how long it drops buffers (default 1)");
     args.flag("--no-probe", s.no_probe, "skip the contention probe runs");
     args.flag("--carry-model", s.carry_model, "each queue starts from the model its strategy's previous burst "
-                                              "learned, as a compositor's one queue does (default: the prior)");
+                                              "learned, as a compositor's one queue does; one uncounted burst per "
+                                              "strategy and scenario comes first (default: the prior)");
     args.number("--pool-age-ms", s.pool_age_ms, "sleep between making a run's pools and their burst (default 0)");
     args.text("--csv", s.csv, "write the strategy rows as CSV");
     args.text("--json", s.json, "write everything as JSON");
@@ -459,21 +460,35 @@ void progress_line(const scenario& sc, std::size_t round, strategy s, const char
              round + 1, sc.rounds, name(s), phase);
 }
 
+/// With --carry-model, one uncounted burst per strategy, so that every counted run starts from a model
+/// that has seen a burst, as a compositor's queue has after its first.
+void warm_up(const scenario& sc, const settings& cfg, nanoseconds idle_frame_cpu,
+             std::vector<std::optional<du::cost_model>>& clean, std::vector<std::optional<du::cost_model>>& probed) {
+    for (std::size_t i = 0; i < std::size(all_strategies); ++i) {
+        progress("%s %.1f MiB: warm-up, %s", sc.name.c_str(), static_cast<double>(sc.pool_bytes) / (1 << 20),
+                 name(all_strategies[i]));
+        run_once(all_strategies[i], sc, cfg, idle_frame_cpu, clean[i], nullptr);
+        probed[i] = clean[i];
+    }
+}
+
 /// Each round runs every strategy alone, then every strategy beside the probe, the order rotating per
 /// round. Probe windows last as long as the slowest strategy of the round took to give memory back.
 std::vector<row> run_scenario(const scenario& sc, const settings& cfg, nanoseconds idle_frame_cpu, contention_probe* probe) {
     if (!sc.probe) probe = nullptr;
     constexpr std::size_t n = std::size(all_strategies);
     std::vector<totals> clean(n), probed(n);
-    std::vector<std::optional<du::cost_model>> models(n);  // each strategy's, carried across its runs
+    // Per strategy, and apart for runs beside the probe: each learns on its own threads and clock.
+    std::vector<std::optional<du::cost_model>> clean_models(n), probed_models(n);
     totals baseline;
     const double budget_ms = to_ms(cfg.budget());
+    if (cfg.carry_model) warm_up(sc, cfg, idle_frame_cpu, clean_models, probed_models);
     for (std::size_t round = 0; round < sc.rounds; ++round) {
         nanoseconds window{0};
         for (std::size_t k = 0; k < n; ++k) {
             const std::size_t i = (k + round) % n;  // rotate who goes first
             progress_line(sc, round, all_strategies[i], "");
-            const run_result r = run_once(all_strategies[i], sc, cfg, idle_frame_cpu, models[i], nullptr);
+            const run_result r = run_once(all_strategies[i], sc, cfg, idle_frame_cpu, clean_models[i], nullptr);
             window = std::max(window, r.wall);
             clean[i].add(r, sc.pools, budget_ms);
         }
@@ -481,7 +496,7 @@ std::vector<row> run_scenario(const scenario& sc, const settings& cfg, nanosecon
         for (std::size_t k = 0; k < n; ++k) {
             const std::size_t i = (k + round) % n;
             progress_line(sc, round, all_strategies[i], " + probe");
-            const run_result r = run_once(all_strategies[i], sc, cfg, idle_frame_cpu, models[i], probe, window);
+            const run_result r = run_once(all_strategies[i], sc, cfg, idle_frame_cpu, probed_models[i], probe, window);
             probed[i].add(r, sc.pools, budget_ms);
             probed[i].add_probe(*probe, r);
         }
@@ -1036,7 +1051,7 @@ int main(int argc, char** argv) {
 
 // Expected output (--quick on a 2-core VM under load; times vary by machine, the shape does not):
 //   machine: source=bb3bab160868; date=2026-12-05T13:02:49Z; kernel=6.18.44; cpus=2; cpu_model=AMD EPYC; ...; shmem_thp=... [never] ...; loadavg_1min=4.52;
-//   budget 1000 us per frame at 60 Hz; 3 rounds; bursts of 40 MiB
+//   budget 1000 us per frame at 60 Hz; max_step 200 us; drain_pause (queue+worker/pause) 50 us; 3 rounds; bursts of 40 MiB; each queue starts from the prior
 //
 //   teardown (us per pool, wall time unless marked cpu; munmap summed over a pool's chunks; ...):
 //   scenario     bytes  pools            strategy  munmap p50  ...  close p50  ...  step p50  ...  steps  ...  cpu/pool
