@@ -84,7 +84,7 @@ def check_teardown(data, tool_args):
         check("firefox-focus" in scenarios, "--firefox-focus given but no firefox-focus rows")
     for (scenario, size), group in groups.items():
         where = f"{scenario} {size:.0f} B"
-        probed = scenario == "burst"  # the firefox-focus scenario runs without the probe
+        probed = scenario == "burst" and "--no-probe" not in tool_args  # firefox-focus never has the probe
         check_strategies(where, group, TEARDOWN_FIELDS + (PROBE_FIELDS if probed else []))
         if not probed:
             continue
@@ -153,6 +153,8 @@ def main():
         check_numbers("settings", settings[0], ["budget_us", "drain_pause_us"] + (["max_step_us", "carry_model"] if kind == "teardown" else []))
         check_csv(prefix + ".csv", data["rows"])
         if kind == "teardown":
+            carry = settings[0].get("carry_model")
+            check(carry == int("--carry-model" in tool_args), f"settings.carry_model is {carry!r} for arguments {tool_args}")
             check_teardown(data, tool_args)
         else:
             check_stutter(data, prefix + ".svg")
