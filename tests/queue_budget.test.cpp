@@ -6,6 +6,7 @@
 #include <atomic>
 #include <future>
 #include <thread>
+#include <vector>
 
 using namespace du_test;
 using namespace std::chrono_literals;
@@ -431,10 +432,45 @@ TEST_CASE("queue: on a slow machine steps are cut so each is predicted, and meas
     CHECK(q.stats().bytes_unmapped == 4 * mib);
 }
 
+namespace {
+
+// The munmap steps, past the first `warm_up`, whose scripted cost ran over 200 us, on a machine whose
+// munmap alternates between 0.8 and 1.2 times 50 us per MiB (the mean the model starts from), a
+// 20 MiB pool at a time, with max_step 200 us and `deviations`; `model` is what the queue learned.
+std::size_t steps_over_200us(double deviations, std::size_t warm_up, du::cost_model& model) {
+    auto& os = scripted_costs();
+    std::vector<std::chrono::nanoseconds> costs;
+    os.cost = [&costs](const dt::os_call& c) {
+        if (c.op != call_kind::unmap) return cost_of(c);
+        const double factor = costs.size() % 2 == 0 ? 0.8 : 1.2;
+        costs.push_back(1us + std::chrono::nanoseconds{static_cast<std::int64_t>(factor * unmap_rate * static_cast<double>(c.length))});
+        return costs.back();
+    };
+    scripted_queue q{inline_mode({.max_step = 200us, .max_step_deviations = deviations, .prior = exact_model()})};
+    for (int i = 0; i < 20; ++i) q.push(dt::make_region(20 * mib));
+    while (!q.empty()) q.drain(1ms);
+    model = q.model();
+    os.cost = nullptr;
+    REQUIRE(costs.size() > warm_up);
+    return static_cast<std::size_t>(std::count_if(costs.begin() + static_cast<std::ptrdiff_t>(warm_up), costs.end(),
+                                                  [](std::chrono::nanoseconds c) { return c > 200us; }));
+}
+
+}  // namespace
+
+TEST_CASE("queue: where munmap cost varies from call to call, steps leave room in max_step for the slow calls") {
+    du::cost_model learned;
+    // Sized by the learned spread (the default), no step past the first few runs over max_step...
+    CHECK(steps_over_200us(du::reclaim_options{}.max_step_deviations, 8, learned) == 0);
+    CHECK(learned.unmap_deviation_ns_per_byte == doctest::Approx(0.2 * unmap_rate).epsilon(0.1));
+    // ...while sized by the mean, every slow call does.
+    CHECK(steps_over_200us(0.0, 8, learned) > 10);
+}
+
 TEST_CASE("queue: a pool a little longer than two steps goes in three even steps, not two and a sliver") {
     scripted_costs();  // 50 us per MiB: ~4 MiB fit in max_step 200 us
     const std::size_t page = du::detail::page_size();
-    const std::size_t fit = du::detail::step_bytes(exact_model(), 200us, page);
+    const std::size_t fit = du::detail::step_bytes(exact_model(), 200us, page, du::reclaim_options{}.max_step_deviations);
     const std::size_t length = 2 * fit + 4 * page;
     scripted_queue q{inline_mode({.max_step = 200us, .prior = exact_model()})};
     q.push(dt::make_region(length));
@@ -477,13 +513,13 @@ TEST_CASE("queue: even steps are whole pages, within a page of each other, as fe
 
 TEST_CASE("queue: a step is never shorter than one page, however slow the model") {
     const std::size_t page = du::detail::page_size();
-    CHECK(du::detail::step_bytes(unmap_model(1e6), 200us, page) == page);
+    CHECK(du::detail::step_bytes(unmap_model(1e6), 200us, page, 2.0) == page);
     du::cost_model heavy = exact_model();
     heavy.call_overhead = 1ms;  // the overhead alone exceeds max_step
-    CHECK(du::detail::step_bytes(heavy, 200us, page) == page);
+    CHECK(du::detail::step_bytes(heavy, 200us, page, 2.0) == page);
     // A zero rate: any length fits, so the cap (unmap_chunk_bytes, what is left) decides.
-    CHECK(du::detail::step_bytes(unmap_model(0.0), 200us, page) % page == 0);
-    CHECK(du::detail::step_bytes(unmap_model(0.0), 200us, page) >= (std::size_t{1} << 40));
+    CHECK(du::detail::step_bytes(unmap_model(0.0), 200us, page, 2.0) % page == 0);
+    CHECK(du::detail::step_bytes(unmap_model(0.0), 200us, page, 2.0) >= (std::size_t{1} << 40));
 }
 
 TEST_CASE("options: a max_step that is not positive is refused") {
@@ -507,6 +543,7 @@ TEST_CASE("queue: a preempted step does not change the model, but its wall time 
     REQUIRE(report.steps == 1);
     CHECK(report.elapsed >= 50ms);  // budgets are wall time
     CHECK(q.model().unmap_ns_per_byte == model.unmap_ns_per_byte);
+    CHECK(q.model().unmap_deviation_ns_per_byte == 0.0);  // nor does it widen the room left for slow steps
     CHECK(q.model().call_overhead == model.call_overhead);
     // The same step unpreempted but twice as slow on the CPU does move the model: the test can fail.
     os.unmap_ns_per_byte = 2 * rate;

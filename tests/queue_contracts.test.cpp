@@ -204,7 +204,7 @@ TEST_CASE("cost model: one preempted step costs at most one frame, not ten") {
     }
 }
 
-TEST_CASE("cost model: priors that are negative, NaN or infinite are refused") {
+TEST_CASE("cost model: priors and max_step_deviations that are negative, NaN or infinite are refused") {
     for (const double bad : {-0.1, std::nan(""), std::numeric_limits<double>::infinity()}) {
         CAPTURE(bad);
         du::reclaim_options options;
@@ -216,6 +216,16 @@ TEST_CASE("cost model: priors that are negative, NaN or infinite are refused") {
         } catch (const std::system_error& e) {
             CHECK(e.code() == std::errc::invalid_argument);
         }
+    }
+    for (const double bad : {-0.1, std::nan(""), std::numeric_limits<double>::infinity()}) {
+        CAPTURE(bad);
+        du::reclaim_options deviation;
+        deviation.prior.unmap_deviation_ns_per_byte = bad;
+        CHECK(du::validate(deviation) == std::errc::invalid_argument);
+        du::reclaim_options deviations;
+        deviations.max_step_deviations = bad;
+        CHECK(du::validate(deviations) == std::errc::invalid_argument);
+        CHECK_THROWS_AS(scripted_queue{std::move(deviations)}, std::system_error);
     }
     du::reclaim_options negative_overhead;
     negative_overhead.prior.call_overhead = -1ns;

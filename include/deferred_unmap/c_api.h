@@ -89,6 +89,8 @@ typedef struct du_queue_options {
     int64_t max_step_ns;        /* longest a munmap step is predicted to hold mmap_lock; must be > 0 */
     int64_t drain_pause_ns;     /* sleep a drain takes between two munmap steps, from its budget; >= 0;
                                    not used with unmap_on_worker (worker_pause_ns is) */
+    double max_step_deviations; /* steps leave room in max_step_ns for a munmap this many learned
+                                   deviations slower than the mean; finite and >= 0 (default 2) */
 } du_queue_options;
 
 /* Totals since the queue was made, and the last burst (from a push into an empty queue until it was
@@ -163,7 +165,7 @@ void du_queue_options_init_sized(du_queue_options *opts, size_t size) DU_NOEXCEP
 
 /* A new queue from options filled by du_queue_options_init (NULL: defaults). NULL + errno on failure:
  * EINVAL (size too small, zero unmap_chunk_bytes, a max_step_ns not > 0, a negative delay or pause, a negative, NaN or infinite
- * prior, an overhead over a day), E2BIG (a newer caller set fields this library does not know), ENOMEM, EAGAIN (no thread), EMFILE/ENFILE (no pipe for the worker's descriptor). */
+ * prior or max_step_deviations, an overhead over a day), E2BIG (a newer caller set fields this library does not know), ENOMEM, EAGAIN (no thread), EMFILE/ENFILE (no pipe for the worker's descriptor). */
 du_queue *du_queue_create_with(const du_queue_options *opts) DU_NOEXCEPT;
 
 /* Items not yet fully torn down, the worker's share included; 0 for NULL. Any thread, O(1). */

@@ -52,6 +52,7 @@ inline du_queue_options defaults() noexcept {
     opts.initial_capacity = d.initial_capacity;
     opts.max_step_ns = d.max_step.count();
     opts.drain_pause_ns = d.drain_pause.count();
+    opts.max_step_deviations = d.max_step_deviations;
     return opts;
 }
 
@@ -96,6 +97,7 @@ inline reclaim_options to_options(const du_queue_options& opts) noexcept {
     options.initial_capacity = opts.initial_capacity;
     options.max_step = std::chrono::nanoseconds{opts.max_step_ns};
     options.drain_pause = std::chrono::nanoseconds{opts.drain_pause_ns};
+    options.max_step_deviations = opts.max_step_deviations;
     if (opts.on_error != nullptr) {
         options.on_error = [fn = opts.on_error, data = opts.on_error_data](const reclaim_error& e) {
             const du_error error{e.op == reclaim_error::operation::unmap ? DU_OP_UNMAP : DU_OP_CLOSE, e.error, e.addr,

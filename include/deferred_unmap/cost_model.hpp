@@ -4,7 +4,9 @@
 // close. learn() moves a rate a quarter of the way towards what a timed step showed, after clamping
 // that observation to within 2x of the current rate: one outlier (a preempted step, a page fault storm)
 // moves a prediction by at most 25%, so it costs at most one frame's worth of caution, while a real
-// change of speed is followed within a few steps. No allocation, no throw.
+// change of speed is followed within a few steps. Beside the munmap rate it learns how far the rate
+// strays (a mean deviation, as TCP learns a round trip's, RFC 6298), so a step can be sized for a
+// slow call and not only for the average one. No allocation, no throw.
 //
 //   deferred_unmap::cost_model model;                      // priors measured on a 2-core VM
 //   auto cost = model.predict_unmap(2 << 20);              // ~ 100 us
@@ -26,12 +28,21 @@ struct cost_model {
     double close_ns_per_byte = 0.15;
     /// Cost of a call that frees nothing (syscall entry, VMA lookup); not learned.
     std::chrono::nanoseconds call_overhead{2000};
+    /// How far one munmap's rate strays from unmap_ns_per_byte: the mean absolute deviation, learned.
+    /// Zero in the prior, which is already high.
+    double unmap_deviation_ns_per_byte = 0.0;
 
-    /// True when both rates are finite and non-negative and the overhead lies between zero and a day:
-    /// the only models a queue accepts as its prior. O(1).
+    /// True when both rates and the deviation are finite and non-negative and the overhead lies
+    /// between zero and a day: the only models a queue accepts as its prior. O(1).
     [[nodiscard]] bool valid() const noexcept {
-        return valid_rate(unmap_ns_per_byte) && valid_rate(close_ns_per_byte) && call_overhead.count() >= 0 &&
-               call_overhead <= std::chrono::nanoseconds{std::chrono::hours{24}};
+        return valid_rate(unmap_ns_per_byte) && valid_rate(close_ns_per_byte) && valid_rate(unmap_deviation_ns_per_byte) &&
+               call_overhead.count() >= 0 && call_overhead <= std::chrono::nanoseconds{std::chrono::hours{24}};
+    }
+
+    /// The munmap rate `deviations` learned deviations above the mean: the rate a slow call runs at,
+    /// which reclaim_options::max_step_deviations sizes steps by. O(1).
+    [[nodiscard]] double unmap_ns_per_byte_high(double deviations) const noexcept {
+        return unmap_ns_per_byte + deviations * unmap_deviation_ns_per_byte;
     }
 
     [[nodiscard]] std::chrono::nanoseconds predict_unmap(std::size_t bytes) const noexcept {
@@ -41,8 +52,10 @@ struct cost_model {
         return call_overhead + scaled(close_ns_per_byte, bytes);
     }
 
-    void learn_unmap(std::size_t bytes, std::chrono::nanoseconds took) noexcept { learn(unmap_ns_per_byte, bytes, took); }
-    void learn_close(std::size_t bytes, std::chrono::nanoseconds took) noexcept { learn(close_ns_per_byte, bytes, took); }
+    void learn_unmap(std::size_t bytes, std::chrono::nanoseconds took) noexcept {
+        learn(unmap_ns_per_byte, &unmap_deviation_ns_per_byte, bytes, took);
+    }
+    void learn_close(std::size_t bytes, std::chrono::nanoseconds took) noexcept { learn(close_ns_per_byte, nullptr, bytes, took); }
 
 private:
     /// Steps smaller than this are dominated by call overhead and say little about the rate.
@@ -63,12 +76,16 @@ private:
         return std::chrono::nanoseconds{static_cast<std::chrono::nanoseconds::rep>(ns)};
     }
 
-    void learn(double& rate, std::size_t bytes, std::chrono::nanoseconds took) const noexcept {
+    // The deviation learns from the same clamped observation, against the rate before this step
+    // moved it: one outlier widens it by at most a quarter of the rate.
+    void learn(double& rate, double* deviation, std::size_t bytes, std::chrono::nanoseconds took) const noexcept {
         if (bytes < min_learn_bytes) return;
         const auto freeing = std::max(took - call_overhead, std::chrono::nanoseconds{0});
         const double observed = static_cast<double>(freeing.count()) / static_cast<double>(bytes);
         const double ceiling = std::max(rate, min_rate) * max_jump;
-        rate += learn_weight * (std::clamp(observed, rate / max_jump, ceiling) - rate);
+        const double miss = std::clamp(observed, rate / max_jump, ceiling) - rate;
+        if (deviation != nullptr) *deviation += learn_weight * (std::abs(miss) - *deviation);
+        rate += learn_weight * miss;
     }
 };
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <functional>
 #include <limits>
@@ -26,13 +27,19 @@ struct reclaim_options {
     /// max_step sizes the steps. 64 MiB lets a fast machine unmap a 19.8 MiB pool in one step; each
     /// cut costs CPU (2 MiB steps ~8% more in total than one munmap of such a pool, 512 KiB ~30%).
     std::size_t unmap_chunk_bytes = std::size_t{64} << 20;
-    /// Longest a munmap step is predicted to hold mmap_lock. A step takes min(unmap_chunk_bytes, what
-    /// is left) where the learned model predicts that fits; otherwise what is left is cut evenly into
-    /// the fewest whole-page steps of at most floor_to_page((max_step - call_overhead) /
-    /// unmap_ns_per_byte), at least one page each, so a slow machine cuts its steps finer and, unless
-    /// unmap_chunk_bytes is what binds, none is a sliver. 200 us is what one munmap of a whole
-    /// 19.8 MiB pool took on the original report's desktop. Must be > 0.
+    /// Longest a munmap step is predicted to hold mmap_lock, at the slow rate R =
+    /// unmap_ns_per_byte_high(max_step_deviations) of the learned model. A step takes
+    /// min(unmap_chunk_bytes, what is left) where that fits; otherwise what is left is cut evenly into
+    /// the fewest whole-page steps of at most floor_to_page((max_step - call_overhead) / R), at least
+    /// one page each, so a slow machine cuts its steps finer and, unless unmap_chunk_bytes is what
+    /// binds, none is a sliver. 200 us is what one munmap of a whole 19.8 MiB pool took on the
+    /// original report's desktop. Must be > 0.
     std::chrono::nanoseconds max_step = std::chrono::microseconds{200};
+    /// How slow a call max_step leaves room for, in learned deviations of the munmap rate: at 2, steps
+    /// are sized for a call slower than most (for a normal spread, about one in twenty is slower),
+    /// where sizing by the mean would let about every other step run past max_step. Drain budgets
+    /// still use the mean. 0 sizes steps by the mean. Must be finite and >= 0.
+    double max_step_deviations = 2.0;
     /// Hard cap on mapped bytes waiting; a push beyond it reclaims the oldest at once until it fits.
     std::size_t max_pending_bytes = std::numeric_limits<std::size_t>::max();
     /// How long work may wait without a drain; see next_deadline(). A negative value counts as zero.
@@ -74,10 +81,13 @@ struct reclaim_options {
 };
 
 /// Empty when a queue accepts `options`; std::errc::invalid_argument when the prior is not valid()
-/// (negative, NaN or infinite), max_step is not positive or drain_pause is negative. O(1), no allocation.
+/// (negative, NaN or infinite), max_step is not positive, max_step_deviations is negative, NaN or
+/// infinite, or drain_pause is negative. O(1), no allocation.
 [[nodiscard]] inline std::error_code validate(const reclaim_options& options) noexcept {
     if (!options.prior.valid()) return std::make_error_code(std::errc::invalid_argument);
     if (options.max_step <= std::chrono::nanoseconds::zero()) return std::make_error_code(std::errc::invalid_argument);
+    if (!(std::isfinite(options.max_step_deviations) && options.max_step_deviations >= 0.0))
+        return std::make_error_code(std::errc::invalid_argument);
     if (options.drain_pause < std::chrono::nanoseconds::zero()) return std::make_error_code(std::errc::invalid_argument);
     return {};
 }

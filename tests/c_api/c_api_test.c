@@ -415,6 +415,13 @@ static void test_bad_priors_are_refused(void) {
     opts.drain_pause_ns = -1;
     errno = 0;
     CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
+    du_queue_options_init(&opts);
+    CHECK(opts.max_step_deviations == 2.0);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        opts.max_step_deviations = bad[i];
+        errno = 0;
+        CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
+    }
     /* A caller built before max_step_ns: its queue takes the default, not the zero it never set. */
     du_queue_options old;
     du_queue_options_init_sized(&old, offsetof(du_queue_options, max_step_ns));

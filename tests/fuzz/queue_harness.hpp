@@ -294,6 +294,11 @@ private:
         case 2: o.max_step = std::chrono::hours{1}; break;  // the chunk alone decides
         default: break;  // the default
         }
+        switch (source_.below(4)) {
+        case 0: o.max_step_deviations = 0.0; break;  // steps sized by the mean rate
+        case 1: o.max_step_deviations = static_cast<double>(source_.below(1000)) / 100.0; break;
+        default: break;  // the default
+        }
         if (source_.below(3) == 0) o.max_pending_bytes = (source_.below(64)) * page;
         switch (source_.below(4)) {
         case 0: o.max_delay = ns::max(); break;
@@ -307,6 +312,7 @@ private:
         o.prior.unmap_ns_per_byte = static_cast<double>(source_.below(100)) / 400.0;
         o.prior.close_ns_per_byte = static_cast<double>(source_.below(100)) / 200.0;
         o.prior.call_overhead = ns{static_cast<std::int64_t>(source_.below(5000))};
+        o.prior.unmap_deviation_ns_per_byte = source_.below(2) == 0 ? 0.0 : static_cast<double>(source_.below(100)) / 800.0;
         o.initial_capacity = source_.below(3) == 0 ? 0 : source_.below(100);
         throwing_on_error_ = source_.below(4) == 0;
         o.on_error = [this](const du::reclaim_error& e) {
@@ -712,7 +718,8 @@ private:
     // Closes are handed to the worker one by one (close_on_worker, unless the worker makes every call).
     [[nodiscard]] bool hands_off() const noexcept { return options_.close_on_worker && !options_.unmap_on_worker; }
     // The reference rule for a step's length, written out apart from the queue's: the chunk capped by
-    // what is left when the model predicts it fits in max_step; otherwise an even share, in whole
+    // what is left when the model predicts it fits in max_step at its rate max_step_deviations learned
+    // deviations high; otherwise an even share, in whole
     // pages, of what is left among the fewest steps no longer than the whole pages that fit (at
     // least one page).
     [[nodiscard]] std::size_t next_chunk(const ref_item& it) const noexcept {
@@ -720,8 +727,9 @@ private:
         const std::size_t left = it.length - it.unmapped;
         const std::size_t cap = std::min(chunk_, left);
         const auto room = options_.max_step - model_.call_overhead;
-        if (room > ns{0} && model_.unmap_ns_per_byte <= 0.0) return cap;
-        const double fits = room > ns{0} ? static_cast<double>(room.count()) / model_.unmap_ns_per_byte : 0.0;
+        const double rate = model_.unmap_ns_per_byte + options_.max_step_deviations * model_.unmap_deviation_ns_per_byte;
+        if (room > ns{0} && rate <= 0.0) return cap;
+        const double fits = room > ns{0} ? static_cast<double>(room.count()) / rate : 0.0;
         if (fits >= static_cast<double>(cap)) return cap;
         const std::size_t fit = std::max(static_cast<std::size_t>(fits) / page, std::size_t{1}) * page;
         if (fit >= cap) return cap;
@@ -985,10 +993,12 @@ private:
     }
 
     struct cost_snapshot {
-        explicit cost_snapshot(const du::cost_model& m) : unmap(m.unmap_ns_per_byte), close(m.close_ns_per_byte), overhead(m.call_overhead) {}
+        explicit cost_snapshot(const du::cost_model& m)
+            : unmap(m.unmap_ns_per_byte), close(m.close_ns_per_byte), overhead(m.call_overhead), deviation(m.unmap_deviation_ns_per_byte) {}
         double unmap;
         double close;
         ns overhead;
+        double deviation;
         bool operator==(const cost_snapshot&) const = default;
     };
 

@@ -70,14 +70,17 @@ struct step_limits {
     step_site site = step_site::drain;
 };
 
-/// Whole pages of munmap that `model` predicts take at most `max_step`, at least one `page`; saturates
-/// at the largest page multiple of size_t for a zero rate. Pure, O(1).
-inline std::size_t step_bytes(const cost_model& model, std::chrono::nanoseconds max_step, std::size_t page) noexcept {
+/// Whole pages of munmap that `model` predicts take at most `max_step` at its rate `deviations` learned
+/// deviations high, at least one `page`; saturates at the largest page multiple of size_t for a zero
+/// rate. Pure, O(1).
+inline std::size_t step_bytes(const cost_model& model, std::chrono::nanoseconds max_step, std::size_t page,
+                              double deviations) noexcept {
     const double room = static_cast<double>((max_step - model.call_overhead).count());
     constexpr auto largest = std::numeric_limits<std::size_t>::max();
     if (room <= 0.0) return page;
+    const double rate = model.unmap_ns_per_byte_high(deviations);
     // Compared in double so a tiny rate cannot overflow the conversion back to size_t.
-    const double fits = model.unmap_ns_per_byte > 0.0 ? room / model.unmap_ns_per_byte : static_cast<double>(largest);
+    const double fits = rate > 0.0 ? room / rate : static_cast<double>(largest);
     // Half the range: any size_t that large already covers every mapping, and the cast stays exact.
     constexpr double half_range = static_cast<double>(largest) / 2.0;
     if (fits >= half_range) return largest / page * page;
@@ -250,13 +253,13 @@ private:
     [[nodiscard]] bool unmapping() const DU_REQUIRES(mutex_) { return target().unmapped < target().length; }
 
     // The next munmap's length: min(unmap_chunk_bytes, what is left of the current item) where the
-    // model predicts that fits in max_step; otherwise what is left cut evenly into the fewest steps the
+    // model predicts that fits in max_step at its slow rate (max_step_deviations); otherwise what is left cut evenly into the fewest steps the
     // model predicts fit, each at least a page (a step must make progress however slow the model
     // says the machine is).
     [[nodiscard]] std::size_t next_chunk() const DU_REQUIRES(mutex_) {
         const std::size_t left = target().length - target().unmapped;
         const std::size_t upper = std::min(chunk_bytes_, left);
-        const std::size_t fit = step_bytes(model_, options_.max_step, page_size());
+        const std::size_t fit = step_bytes(model_, options_.max_step, page_size(), options_.max_step_deviations);
         return fit >= upper ? upper : even_step_bytes(left, fit, page_size());
     }
 
