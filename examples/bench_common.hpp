@@ -478,19 +478,20 @@ inline du::reclaim_options fixed_steps(bool close_on_worker) {
     return {.unmap_chunk_bytes = std::size_t{2} << 20, .max_step = std::chrono::hours{1}, .close_on_worker = close_on_worker};
 }
 
-/// What the queued strategies are run with: the drain budget per frame, max_step (all but the 2MiB
-/// ones), the sleep queue+worker/pause takes between two munmap steps of a drain, and the model a
+/// What the queued strategies are run with: the drain budget per frame, max_step and
+/// max_step_deviations (all but the 2MiB ones), the sleep queue+worker/pause takes between two munmap steps of a drain, and the model a
 /// queue starts from (the library's prior when empty).
 struct queue_settings {
     nanoseconds budget{std::chrono::milliseconds{1}};
     nanoseconds max_step = du::reclaim_options{}.max_step;
+    double max_step_deviations = du::reclaim_options{}.max_step_deviations;
     nanoseconds drain_pause{std::chrono::microseconds{50}};
     std::optional<du::cost_model> prior;
 };
 
 inline std::unique_ptr<teardown_engine> make_engine(strategy s, const queue_settings& q) {
     const auto queued = [&](bool close_on_worker) {
-        return du::reclaim_options{.max_step = q.max_step, .close_on_worker = close_on_worker};
+        return du::reclaim_options{.max_step = q.max_step, .max_step_deviations = q.max_step_deviations, .close_on_worker = close_on_worker};
     };
     const auto engine = [&](du::reclaim_options options, bool wall_clock = false) {
         if (q.prior) options.prior = *q.prior;

@@ -22,7 +22,8 @@
 // (drain_pause) and queue+worker/wall (the model learning from wall time).
 //
 // Usage: teardown_bench [--quick] [--sizes 1M,20736000,...] [--burst-bytes B] [--rounds N] [--hz N]
-//                       [--budget-us N] [--max-step-us N] [--drain-pause-us N] [--firefox-focus]
+//                       [--budget-us N] [--max-step-us N] [--max-step-deviations X]
+//                       [--drain-pause-us N] [--firefox-focus]
 //                       [--firefox-bytes B] [--firefox-seconds S] [--no-probe] [--carry-model]
 //                       [--pool-age-ms N] [--csv FILE] [--json FILE]
 #include "bench_common.hpp"
@@ -31,6 +32,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -76,6 +78,7 @@ struct settings {
     unsigned hz = 60;
     unsigned budget_us = 1000;
     unsigned max_step_us = static_cast<unsigned>(std::chrono::duration_cast<microseconds>(queue_settings{}.max_step).count());
+    double max_step_deviations = queue_settings{}.max_step_deviations;
     unsigned drain_pause_us = static_cast<unsigned>(std::chrono::duration_cast<microseconds>(queue_settings{}.drain_pause).count());
     bool quick = false;
     bool firefox = false;
@@ -89,7 +92,7 @@ struct settings {
     [[nodiscard]] nanoseconds interval() const { return nanoseconds{1'000'000'000 / hz}; }
     [[nodiscard]] nanoseconds budget() const { return microseconds{budget_us}; }
     [[nodiscard]] queue_settings queue() const {
-        return {.budget = budget(), .max_step = microseconds{max_step_us}, .drain_pause = microseconds{drain_pause_us}, .prior = {}};
+        return {.budget = budget(), .max_step = microseconds{max_step_us}, .max_step_deviations = max_step_deviations, .drain_pause = microseconds{drain_pause_us}, .prior = {}};
     }
 };
 
@@ -106,6 +109,8 @@ settings parse(int argc, char** argv) {
     args.number("--hz", s.hz, "frame rate of the drain loop (default 60)");
     args.number("--budget-us", s.budget_us, "drain budget per frame (default 1000)");
     args.number("--max-step-us", s.max_step_us, "max_step of the queued strategies but the 2MiB ones (default 200)");
+    args.number("--max-step-deviations", s.max_step_deviations, "max_step_deviations of those strategies: 0 sizes "
+                                                                "steps by the mean rate (default 2)");
     args.number("--drain-pause-us", s.drain_pause_us, "queue+worker/pause: sleep between two munmap steps (default 50)");
     args.flag("--firefox-focus", s.firefox, "add the scenario of a client dropping a buffer every frame");
     args.bytes("--firefox-bytes", s.firefox_bytes, "its buffer size (default 30 MiB)");
@@ -129,6 +134,10 @@ settings parse(int argc, char** argv) {
     if (rounds > 0) s.rounds = rounds;
     if (s.hz == 0 || s.budget_us == 0 || s.max_step_us == 0) {
         std::fprintf(stderr, "teardown_bench: --hz, --budget-us and --max-step-us must be positive\n");
+        std::exit(2);
+    }
+    if (!(std::isfinite(s.max_step_deviations) && s.max_step_deviations >= 0.0)) {
+        std::fprintf(stderr, "teardown_bench: --max-step-deviations must be finite and >= 0\n");
         std::exit(2);
     }
     return s;
@@ -1008,8 +1017,9 @@ int main(int argc, char** argv) {
     const settings cfg = parse(argc, argv);
     const row machine = machine_info();
     print_machine(machine);
-    std::printf("budget %u us per frame at %u Hz; max_step %u us; drain_pause (queue+worker/pause) %u us; %zu rounds; "
-                "bursts of %.0f MiB; each queue starts from %s\n", cfg.budget_us, cfg.hz, cfg.max_step_us, cfg.drain_pause_us,
+    std::printf("budget %u us per frame at %u Hz; max_step %u us at %g deviations; drain_pause (queue+worker/pause) %u us; "
+                "%zu rounds; bursts of %.0f MiB; each queue starts from %s\n", cfg.budget_us, cfg.hz, cfg.max_step_us,
+                cfg.max_step_deviations, cfg.drain_pause_us,
                 cfg.rounds, static_cast<double>(cfg.burst_bytes) / (1 << 20),
                 cfg.carry_model ? "what its strategy's previous burst learned" : "the prior");
     const row overhead = measure_overhead();
@@ -1037,6 +1047,7 @@ int main(int argc, char** argv) {
     const row settings{{"budget_us", static_cast<double>(cfg.budget_us), 0},
                        {"hz", static_cast<double>(cfg.hz), 0},
                        {"max_step_us", static_cast<double>(cfg.max_step_us), 0},
+                       {"max_step_deviations", cfg.max_step_deviations, 2},
                        {"carry_model", cfg.carry_model ? 1.0 : 0.0, 0},
                        {"drain_pause_us", static_cast<double>(cfg.drain_pause_us), 0},
                        {"rounds", static_cast<double>(cfg.rounds), 0},
@@ -1051,7 +1062,7 @@ int main(int argc, char** argv) {
 
 // Expected output (--quick on a 2-core VM under load; times vary by machine, the shape does not):
 //   machine: source=bb3bab160868; date=2026-12-05T13:02:49Z; kernel=6.18.44; cpus=2; cpu_model=AMD EPYC; ...; shmem_thp=... [never] ...; loadavg_1min=4.52;
-//   budget 1000 us per frame at 60 Hz; max_step 200 us; drain_pause (queue+worker/pause) 50 us; 3 rounds; bursts of 40 MiB; each queue starts from the prior
+//   budget 1000 us per frame at 60 Hz; max_step 200 us at 2 deviations; drain_pause (queue+worker/pause) 50 us; 3 rounds; bursts of 40 MiB; each queue starts from the prior
 //
 //   teardown (us per pool, wall time unless marked cpu; munmap summed over a pool's chunks; ...):
 //   scenario     bytes  pools            strategy  munmap p50  ...  close p50  ...  step p50  ...  steps  ...  cpu/pool
