@@ -28,8 +28,8 @@ struct cost_model {
     double close_ns_per_byte = 0.15;
     /// Cost of a call that frees nothing (syscall entry, VMA lookup); not learned.
     std::chrono::nanoseconds call_overhead{2000};
-    /// How far one munmap's rate strays from unmap_ns_per_byte: the mean absolute deviation, learned.
-    /// Zero in the prior, which is already high.
+    /// How far one munmap's rate strays from unmap_ns_per_byte: the mean absolute deviation, learned
+    /// from the steps within 2x of the rate. Zero in the prior, whose rate is already high.
     double unmap_deviation_ns_per_byte = 0.0;
 
     /// True when both rates and the deviation are finite and non-negative and the overhead lies
@@ -76,16 +76,18 @@ private:
         return std::chrono::nanoseconds{static_cast<std::chrono::nanoseconds::rep>(ns)};
     }
 
-    // The deviation learns from the same clamped observation, against the rate before this step
-    // moved it: one outlier widens it by at most a quarter of the rate.
+    // The deviation learns from the miss against the rate before this step moved it, but not from
+    // an observation the clamp cut: those come while the rate runs down from a high prior or up to a
+    // new speed, every miss the same way, and counted as spread they would make steps timid for a
+    // dozen steps after the rate has arrived.
     void learn(double& rate, double* deviation, std::size_t bytes, std::chrono::nanoseconds took) const noexcept {
         if (bytes < min_learn_bytes) return;
         const auto freeing = std::max(took - call_overhead, std::chrono::nanoseconds{0});
         const double observed = static_cast<double>(freeing.count()) / static_cast<double>(bytes);
         const double ceiling = std::max(rate, min_rate) * max_jump;
-        const double miss = std::clamp(observed, rate / max_jump, ceiling) - rate;
-        if (deviation != nullptr) *deviation += learn_weight * (std::abs(miss) - *deviation);
-        rate += learn_weight * miss;
+        const double clamped = std::clamp(observed, rate / max_jump, ceiling);
+        if (deviation != nullptr && clamped == observed) *deviation += learn_weight * (std::abs(observed - rate) - *deviation);
+        rate += learn_weight * (clamped - rate);
     }
 };
 
