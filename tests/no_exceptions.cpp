@@ -21,9 +21,16 @@ int main() {
     auto old = region.resize(2 << 20, PROT_READ, MAP_SHARED, ec);
     if (ec || !old) return std::puts("resize"), 1;
 
-    du::reclaim_queue queue;
+    // Refused options take their defaults: steps stay sized by max_step, not one whole pool each.
+    du::reclaim_options refused;
+    refused.max_step_deviations = -1.0;
+    refused.max_step = std::chrono::nanoseconds{-1};
+    refused.prior.unmap_deviation_ns_per_byte = -1.0;
+    if (!du::validate(refused)) return std::puts("validate must refuse these"), 1;
+    du::reclaim_queue queue{refused};
     queue.push(std::move(old));
     queue.push(std::move(region));
     while (!queue.empty()) queue.drain(std::chrono::milliseconds{1});
+    if (du::validate(queue.options())) return std::puts("a refused option was kept"), 1;
     return queue.stats().items_reclaimed == 2 ? 0 : 1;
 }

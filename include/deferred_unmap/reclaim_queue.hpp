@@ -79,7 +79,7 @@ public:
 
     /// Reserves options.initial_capacity items and starts the worker if asked. Throws std::system_error
     /// (EINVAL: validate(options) refused them; or no thread, no pipe) or std::bad_alloc. Without
-    /// exceptions, invalid options fall back to the default prior: check validate() first.
+    /// exceptions, each field validate() refuses takes its default: check validate() first.
     explicit basic_reclaim_queue(reclaim_options options = {})
         : options_(checked(std::move(options))),
           books_(options_.max_delay, options_.prior),
@@ -205,12 +205,24 @@ private:
         options.max_delay = std::max(options.max_delay, std::chrono::nanoseconds::zero());
         if (!validate(options)) return options;
 #if DEFERRED_UNMAP_HAS_EXCEPTIONS
-        throw std::system_error(validate(options), "deferred_unmap::reclaim_options: prior must be finite and non-negative");
+        throw std::system_error(validate(options), "deferred_unmap::reclaim_options: refused by validate()");
 #else
-        options.prior = cost_model{};
-        return options;
+        return with_defaults_for_invalid(std::move(options));
 #endif
     }
+
+#if !DEFERRED_UNMAP_HAS_EXCEPTIONS
+    // Without exceptions a refused field takes its default, so a NaN cannot switch step sizing off.
+    static reclaim_options with_defaults_for_invalid(reclaim_options options) noexcept {
+        const reclaim_options defaults;
+        if (!options.prior.valid()) options.prior = defaults.prior;
+        if (validate(reclaim_options{.max_step = options.max_step})) options.max_step = defaults.max_step;
+        if (validate(reclaim_options{.max_step_deviations = options.max_step_deviations}))
+            options.max_step_deviations = defaults.max_step_deviations;
+        if (validate(reclaim_options{.drain_pause = options.drain_pause})) options.drain_pause = defaults.drain_pause;
+        return options;
+    }
+#endif
 
     static std::size_t chunk_size(std::size_t requested) noexcept {
         const std::size_t page = detail::page_size();
