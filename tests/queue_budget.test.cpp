@@ -462,7 +462,9 @@ TEST_CASE("queue: where munmap cost varies from call to call, steps leave room i
     du::cost_model learned;
     // Sized by the learned spread (the default), no step past the first few runs over max_step...
     CHECK(steps_over_200us(du::reclaim_options{}.max_step_deviations, 8, learned) == 0);
-    CHECK(learned.unmap_deviation_ns_per_byte == doctest::Approx(0.2 * unmap_rate).epsilon(0.1));
+    // Half the swing (0.2 of the rate) and a little more, as the learned mean lags the alternation.
+    CHECK(learned.unmap_deviation_ns_per_byte >= 0.2 * unmap_rate);
+    CHECK(learned.unmap_deviation_ns_per_byte <= 0.25 * unmap_rate);
     // ...while sized by the mean, every slow call does.
     CHECK(steps_over_200us(0.0, 8, learned) > 10);
 }

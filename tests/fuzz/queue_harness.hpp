@@ -294,11 +294,6 @@ private:
         case 2: o.max_step = std::chrono::hours{1}; break;  // the chunk alone decides
         default: break;  // the default
         }
-        switch (source_.below(4)) {
-        case 0: o.max_step_deviations = 0.0; break;  // steps sized by the mean rate
-        case 1: o.max_step_deviations = static_cast<double>(source_.below(1000)) / 100.0; break;
-        default: break;  // the default
-        }
         if (source_.below(3) == 0) o.max_pending_bytes = (source_.below(64)) * page;
         switch (source_.below(4)) {
         case 0: o.max_delay = ns::max(); break;
@@ -312,7 +307,6 @@ private:
         o.prior.unmap_ns_per_byte = static_cast<double>(source_.below(100)) / 400.0;
         o.prior.close_ns_per_byte = static_cast<double>(source_.below(100)) / 200.0;
         o.prior.call_overhead = ns{static_cast<std::int64_t>(source_.below(5000))};
-        o.prior.unmap_deviation_ns_per_byte = source_.below(2) == 0 ? 0.0 : static_cast<double>(source_.below(100)) / 800.0;
         o.initial_capacity = source_.below(3) == 0 ? 0 : source_.below(100);
         throwing_on_error_ = source_.below(4) == 0;
         o.on_error = [this](const du::reclaim_error& e) {
@@ -345,6 +339,15 @@ private:
             draw_overshoot();
         }
         os.on_pause = [this](const dt::os_call& call) { script_pause(call); };
+        // Also from the option stream: a zero draw (the end of an input from before they existed) is
+        // the step rule such inputs ran under, sizing by the mean from a prior without a deviation.
+        switch (source_.option_below(4)) {
+        case 2: o.max_step_deviations = static_cast<double>(source_.option_below(1000)) / 100.0; break;
+        case 3: break;  // the default
+        default: o.max_step_deviations = 0.0; break;
+        }
+        if (source_.option_below(2) != 0)
+            o.prior.unmap_deviation_ns_per_byte = static_cast<double>(source_.option_below(100)) / 800.0;
 
         options_ = o;
         chunk_ = expected_chunk(o.unmap_chunk_bytes);
@@ -727,7 +730,7 @@ private:
         const std::size_t left = it.length - it.unmapped;
         const std::size_t cap = std::min(chunk_, left);
         const auto room = options_.max_step - model_.call_overhead;
-        const double rate = model_.unmap_ns_per_byte + options_.max_step_deviations * model_.unmap_deviation_ns_per_byte;
+        const double rate = model_.unmap_ns_per_byte_high(options_.max_step_deviations);
         if (room > ns{0} && rate <= 0.0) return cap;
         const double fits = room > ns{0} ? static_cast<double>(room.count()) / rate : 0.0;
         if (fits >= static_cast<double>(cap)) return cap;
