@@ -37,7 +37,7 @@ struct reclaim_options {
     std::chrono::nanoseconds max_step = std::chrono::microseconds{200};
     /// How slow a call max_step leaves room for, in learned deviations of the munmap rate: at 2, steps
     /// are sized for a call slower than most (for a normal spread, about one in twenty is slower):
-    /// on a 2-vCPU VM 4-5% of steps ran past max_step, against 13-20% sized by the mean (0).
+    /// on a 2-vCPU VM 4-10% of steps ran past max_step, against 13-31% sized by the mean (0).
     /// Drain budgets still use the mean. Must be finite and >= 0.
     double max_step_deviations = 2.0;
     /// Hard cap on mapped bytes waiting; a push beyond it reclaims the oldest at once until it fits.
