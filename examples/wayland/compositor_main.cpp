@@ -302,6 +302,7 @@ std::vector<std::pair<std::string, std::string>> report(const server& s, holding
         {"step_max_us", fixed(us(r.steps.max()))},
         {"worker_step_max_us", fixed(us(r.worker_step_max))},
         {"model_unmap_ns_per_mib", fixed(r.model.unmap_ns_per_byte * 1048576.0)},
+        {"model_unmap_deviation_ns_per_mib", fixed(r.model.unmap_deviation_ns_per_byte * 1048576.0)},
         {"model_close_ns_per_mib", fixed(r.model.close_ns_per_byte * 1048576.0)},
         {"fds_start", num(start.fds)},
         {"fds_end", num(end.fds)},
