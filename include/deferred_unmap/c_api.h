@@ -159,7 +159,8 @@ int64_t du_queue_next_deadline_ns(const du_queue *q) DU_NOEXCEPT;
 /* Mapped bytes still waiting to be unmapped; 0 for NULL. Any thread, O(1). */
 size_t du_queue_pending_bytes(const du_queue *q) DU_NOEXCEPT;
 
-/* Fills the first `size` bytes of `opts` with the defaults and sets opts->size = size; use the macro. */
+/* Fills the first `size` bytes of `opts` with the defaults (zero past the fields this library knows)
+ * and sets opts->size = size; use the macro. */
 void du_queue_options_init_sized(du_queue_options *opts, size_t size) DU_NOEXCEPT;
 #define du_queue_options_init(opts) du_queue_options_init_sized((opts), sizeof *(opts))
 

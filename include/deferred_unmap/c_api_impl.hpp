@@ -216,6 +216,10 @@ void du_queue_options_init_sized(du_queue_options* opts, size_t size) noexcept {
     if (opts == nullptr) return;
     const du_queue_options defaults = deferred_unmap::detail::c_api::defaults();
     std::memcpy(opts, &defaults, std::min(size, sizeof defaults));
+    // A caller built against a newer header: zero, what read_sized() takes for "the default", in the
+    // fields this library does not know, so its own create call is not refused with E2BIG.
+    if (size > sizeof defaults)
+        std::memset(reinterpret_cast<unsigned char*>(opts) + sizeof defaults, 0, size - sizeof defaults);
     if (size >= sizeof opts->size) opts->size = size;
 }
 

@@ -366,9 +366,13 @@ static void test_options_grow_without_breaking_older_callers(void) {
         du_queue_options known;
         int64_t unknown;
     } future;
-    memset(&future, 0, sizeof future);
+    memset(&future, 0xff, sizeof future);
     du_queue_options_init_sized(&future.known, sizeof future);
     CHECK(future.known.size == sizeof future);
+    CHECK(future.unknown == 0); /* init clears what this library does not know */
+    q = du_queue_create_with(&future.known);
+    CHECK(q != NULL);
+    du_queue_destroy(q);
     future.unknown = 1;
     errno = 0;
     CHECK(du_queue_create_with(&future.known) == NULL && errno == E2BIG);
