@@ -16,6 +16,9 @@ set_target_properties(test_c_api_signals PROPERTIES C_STANDARD 11 C_STANDARD_REQ
 target_link_libraries(test_c_api_signals PRIVATE deferred_unmap::c deferred_unmap_warnings)
 add_test(NAME test_c_api_signals COMMAND test_c_api_signals)
 
+# Options structs as callers built against earlier or later headers pass them, read back from the queue.
+du_add_test(test_c_api_options c_api/options_layout.test.cpp)
+
 # The C API's definitions also compile for hosts built without exceptions.
 add_library(c_api_no_exceptions OBJECT ${PROJECT_SOURCE_DIR}/src/c_api.cpp)
 target_link_libraries(c_api_no_exceptions PRIVATE deferred_unmap::deferred_unmap deferred_unmap_warnings)
