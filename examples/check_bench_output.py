@@ -150,7 +150,7 @@ def main():
         check(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", str(machine.get("date"))) is not None,
               f"machine.date is {machine.get('date')!r}, not UTC ISO 8601")
         settings = data.get("settings") or [{}]
-        check_numbers("settings", settings[0], ["budget_us", "drain_pause_us"] + (["max_step_us", "max_step_deviations", "carry_model"] if kind == "teardown" else []))
+        check_numbers("settings", settings[0], ["budget_us", "drain_pause_us", "max_step_deviations"] + (["max_step_us", "carry_model"] if kind == "teardown" else []))
         check_csv(prefix + ".csv", data["rows"])
         if kind == "teardown":
             carry = settings[0].get("carry_model")

@@ -12,7 +12,7 @@
 // --strategies runs only the named ones (the README's picture sets close-first beside the queued modes).
 //
 // Usage: stutter_demo [--hz N] [--pools N] [--pool-bytes B] [--budget-us N] [--drain-pause-us N]
-//                     [--work-us N] [--burst-frame N] [--tail-frames N] [--strategies A,B,..]
+//                     [--max-step-deviations X] [--work-us N] [--burst-frame N] [--tail-frames N] [--strategies A,B,..]
 //                     [--svg FILE] [--csv FILE] [--json FILE]
 #include "bench_common.hpp"
 
@@ -29,6 +29,7 @@ struct settings {
     std::size_t pool_bytes = default_pool_bytes;
     unsigned budget_us = 1000;
     unsigned drain_pause_us = static_cast<unsigned>(std::chrono::duration_cast<std::chrono::microseconds>(queue_settings{}.drain_pause).count());
+    double max_step_deviations = queue_settings{}.max_step_deviations;
     unsigned work_us = 2000;
     std::size_t burst_frame = 20;
     std::size_t tail_frames = 20;
@@ -47,6 +48,8 @@ settings parse(int argc, char** argv) {
     args.bytes("--pool-bytes", s.pool_bytes, "bytes per pool (default 2880*1800*4)");
     args.number("--budget-us", s.budget_us, "drain budget per frame (default 1000)");
     args.number("--drain-pause-us", s.drain_pause_us, "queue+worker/pause: sleep between two munmap steps (default 50)");
+    args.number("--max-step-deviations", s.max_step_deviations, "max_step_deviations of the queued strategies but "
+                                                                "the 2MiB ones: 0 sizes steps by the mean rate (default 2)");
     args.number("--work-us", s.work_us, "the compositor's own work per frame (default 2000)");
     args.number("--burst-frame", s.burst_frame, "frame at which the pools die (default 20)");
     args.number("--tail-frames", s.tail_frames, "frames drawn after all memory is back (default 20)");
@@ -75,6 +78,10 @@ settings parse(int argc, char** argv) {
         std::fprintf(stderr, "stutter_demo: --hz, --budget-us, --pools and --pool-bytes must be positive\n");
         std::exit(2);
     }
+    if (!(std::isfinite(s.max_step_deviations) && s.max_step_deviations >= 0.0)) {
+        std::fprintf(stderr, "stutter_demo: --max-step-deviations must be finite and >= 0\n");
+        std::exit(2);
+    }
     return s;
 }
 
@@ -92,7 +99,10 @@ outcome run_strategy(strategy s, const settings& cfg) {
     std::vector<std::vector<pool>> dead;
     dead.push_back(make_pools(cfg.pools, cfg.pool_bytes));
     const auto ranges = ranges_of(dead);
-    auto engine = make_engine(s, {.budget = microseconds{cfg.budget_us}, .drain_pause = microseconds{cfg.drain_pause_us}, .prior = {}});
+    auto engine = make_engine(s, {.budget = microseconds{cfg.budget_us},
+                                    .max_step_deviations = cfg.max_step_deviations,
+                                    .drain_pause = microseconds{cfg.drain_pause_us},
+                                    .prior = {}});
     call_log::reset(cfg.pools * (cfg.pool_bytes / (std::size_t{2} << 20) + 3) + 64);
     progress("%s: running frames", name(s));
     const auto setup_done = steady::now();
@@ -281,9 +291,10 @@ int main(int argc, char** argv) {
     const settings cfg = parse(argc, argv);
     const row machine = machine_info();
     print_machine(machine);
-    std::printf("%zu pools of %.1f MiB die at frame %zu; %u Hz, %u us of work per frame, %u us drain budget\n\n",
+    std::printf("%zu pools of %.1f MiB die at frame %zu; %u Hz, %u us of work per frame, %u us drain budget, "
+                "steps sized for %.2g deviations\n\n",
                 cfg.pools, static_cast<double>(cfg.pool_bytes) / (1 << 20), cfg.burst_frame, cfg.hz, cfg.work_us,
-                cfg.budget_us);
+                cfg.budget_us, cfg.max_step_deviations);
     std::vector<outcome> runs;
     std::vector<row> rows;
     for (strategy s : cfg.strategies) {
@@ -313,6 +324,7 @@ int main(int argc, char** argv) {
                        {"pool_bytes", static_cast<double>(cfg.pool_bytes), 0},
                        {"budget_us", static_cast<double>(cfg.budget_us), 0},
                        {"drain_pause_us", static_cast<double>(cfg.drain_pause_us), 0},
+                       {"max_step_deviations", cfg.max_step_deviations, 2},
                        {"work_us", static_cast<double>(cfg.work_us), 0}};
     if (!cfg.json.empty()) write_json(cfg.json, machine, {{"settings", {settings}}, {"rows", rows}, {"targets", goals}});
 }
