@@ -67,12 +67,15 @@ inline du_queue_options widen(const du_options& opts) noexcept {
     return wide;
 }
 
+// Where du_queue_options ended when it was introduced: no caller can pass less.
+inline constexpr std::size_t first_options_size = offsetof(du_queue_options, max_step_ns);
+
 // What a caller compiled against another header passed: its fields over the defaults of the rest.
-// 0, EINVAL (too small to hold a field) or E2BIG (it sets fields this library does not know).
+// 0, EINVAL (smaller than the first layout) or E2BIG (it sets fields this library does not know).
 inline int read_sized(const du_queue_options* given, du_queue_options& out) noexcept {
     out = defaults();
     if (given == nullptr) return 0;
-    if (given->size < offsetof(du_queue_options, unmap_chunk_bytes)) return EINVAL;
+    if (given->size < first_options_size) return EINVAL;
     // A caller built against a newer header: what it sets beyond what this library knows must be zero.
     const auto* bytes = reinterpret_cast<const unsigned char*>(given);
     for (std::size_t i = sizeof out; i < given->size; ++i)
@@ -216,8 +219,8 @@ void du_queue_options_init_sized(du_queue_options* opts, size_t size) noexcept {
     if (opts == nullptr) return;
     const du_queue_options defaults = deferred_unmap::detail::c_api::defaults();
     std::memcpy(opts, &defaults, std::min(size, sizeof defaults));
-    // A caller built against a newer header: zero, what read_sized() takes for "the default", in the
-    // fields this library does not know, so its own create call is not refused with E2BIG.
+    // A caller built against a newer header: read_sized() refuses nonzero bytes in fields this library
+    // does not know (it cannot honour them), so they start at zero rather than as the caller left them.
     if (size > sizeof defaults)
         std::memset(reinterpret_cast<unsigned char*>(opts) + sizeof defaults, 0, size - sizeof defaults);
     if (size >= sizeof opts->size) opts->size = size;

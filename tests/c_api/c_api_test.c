@@ -342,21 +342,26 @@ static void test_options_grow_without_breaking_older_callers(void) {
     CHECK(opts.size == sizeof opts);
     CHECK(opts.close_on_worker == 1 && opts.unmap_on_worker == 0 && opts.low_priority_closes == 0);
     CHECK(opts.unmap_chunk_bytes == (size_t)64 << 20 && opts.on_error == NULL);
-    /* A caller built when the struct ended after unmap_on_worker: the rest takes the defaults. */
+    /* A caller built against the first layout, which ended at on_error_data: the rest takes the
+     * defaults. */
     du_queue_options old;
     memset(&old, 0xff, sizeof old);
-    const size_t old_size = offsetof(du_queue_options, low_priority_closes);
+    const size_t old_size = offsetof(du_queue_options, max_step_ns);
     du_queue_options_init_sized(&old, old_size);
     CHECK(old.size == old_size);
-    CHECK(old.low_priority_closes != 0); /* untouched: beyond what that caller knows of */
+    CHECK(old.max_step_ns != 200000); /* untouched: beyond what that caller knows of */
     old.close_on_worker = 0;
     du_queue *q = du_queue_create_with(&old);
     CHECK(q != NULL);
     CHECK(du_queue_worker_fd(q) == -1);
     du_queue_destroy(q);
-    old.size = 4; /* not even the first field */
-    errno = 0;
-    CHECK(du_queue_create_with(&old) == NULL && errno == EINVAL);
+    /* Smaller than any layout there was: a size field that is not what the init call set. */
+    const size_t too_small[] = {4, offsetof(du_queue_options, low_priority_closes), old_size - 1};
+    for (size_t i = 0; i < sizeof too_small / sizeof too_small[0]; ++i) {
+        old.size = too_small[i];
+        errno = 0;
+        CHECK(du_queue_create_with(&old) == NULL && errno == EINVAL);
+    }
     q = du_queue_create_with(NULL);
     CHECK(q != NULL && du_queue_worker_fd(q) >= 0);
     du_queue_destroy(q);
