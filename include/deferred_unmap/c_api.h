@@ -26,15 +26,19 @@
  * The worker thread starts with every asynchronous signal blocked, so a signalfd or
  * wl_event_loop_add_signal() in the host keeps receiving its signals, and is named du-reclaim.
  *
- * Binary compatibility: du_queue_options and du_stats carry their size, set by the init macros from
+ * Binary compatibility: du_queue_options and du_stats carry their size, set by the init calls from
  * the caller's header, so a library built from a newer header reads and fills only what the caller
- * knows of; du_options, du_options_init and du_queue_create keep their first layout.
+ * knows of, and gives the rest their defaults. A caller built against a newer header than the
+ * library's may leave the fields that library does not know at zero (du_queue_options_init zeroes
+ * them): anything else there is refused with E2BIG. du_options, du_options_init and du_queue_create
+ * keep their first layout.
  */
 #ifndef DEFERRED_UNMAP_C_API_H
 #define DEFERRED_UNMAP_C_API_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 #define DU_NOEXCEPT noexcept /* lets C++ callers know; a stray throw terminates instead of unwinding C */
@@ -72,7 +76,7 @@ typedef void (*du_error_fn)(void *data, const du_error *error);
 
 /* Growable options: new fields are only ever added at the end. Fill with du_queue_options_init. */
 typedef struct du_queue_options {
-    size_t size;                /* sizeof(du_queue_options) as the caller compiled it: the init macro sets it */
+    size_t size;                /* sizeof(du_queue_options) as the caller compiled it (set by init) */
     size_t unmap_chunk_bytes;   /* largest munmap per step (rounded up to pages); must be > 0 */
     size_t max_pending_bytes;   /* a push beyond this reclaims the oldest at once; SIZE_MAX: no cap */
     int64_t max_delay_ns;       /* how long work may wait without a drain; must be >= 0 */
@@ -160,9 +164,16 @@ int64_t du_queue_next_deadline_ns(const du_queue *q) DU_NOEXCEPT;
 size_t du_queue_pending_bytes(const du_queue *q) DU_NOEXCEPT;
 
 /* Fills the first `size` bytes of `opts` with the defaults (zero past the fields this library knows)
- * and sets opts->size = size; use the macro. */
+ * and sets opts->size = size; use du_queue_options_init. No allocation, no syscall. */
 void du_queue_options_init_sized(du_queue_options *opts, size_t size) DU_NOEXCEPT;
-#define du_queue_options_init(opts) du_queue_options_init_sized((opts), sizeof *(opts))
+
+/* The defaults, for this header's layout. Inline, so the zeroing is this header's even where the
+ * library is older and leaves the fields it does not know as they were. */
+static inline void du_queue_options_init(du_queue_options *opts) DU_NOEXCEPT {
+    if (opts == NULL) return;
+    memset(opts, 0, sizeof *opts);
+    du_queue_options_init_sized(opts, sizeof *opts);
+}
 
 /* A new queue from options filled by du_queue_options_init (NULL: defaults). NULL + errno on failure:
  * EINVAL (size too small, zero unmap_chunk_bytes, a max_step_ns not > 0, a negative delay or pause, a negative, NaN or infinite
