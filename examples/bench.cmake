@@ -30,7 +30,7 @@ if(DEFERRED_UNMAP_BUILD_TESTS)
         add_test(NAME bench.stutter_demo_smoke
             COMMAND ${Python3_EXECUTABLE} ${du_bench_check} stutter
                 $<TARGET_FILE:stutter_demo> ${du_bench_out}/stutter
-                --pools 4 --pool-bytes 1M --hz 240 --tail-frames 2)
+                --pools 4 --pool-bytes 1M --hz 240 --tail-frames 2 --max-step-deviations 0.5)
         set_tests_properties(bench.teardown_bench_smoke bench.stutter_demo_smoke PROPERTIES TIMEOUT 300)
     else()
         message(STATUS "deferred_unmap: python3 not found, benchmark smoke tests skipped")

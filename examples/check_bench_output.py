@@ -152,6 +152,10 @@ def main():
         settings = data.get("settings") or [{}]
         check_numbers("settings", settings[0], ["budget_us", "drain_pause_us", "max_step_deviations"] + (["max_step_us", "carry_model"] if kind == "teardown" else []))
         check_csv(prefix + ".csv", data["rows"])
+        flag = "--max-step-deviations"
+        wanted = float(tool_args[tool_args.index(flag) + 1]) if flag in tool_args else 2.0
+        got = settings[0].get("max_step_deviations")
+        check(got == wanted, f"settings.max_step_deviations is {got!r} for arguments {tool_args}")
         if kind == "teardown":
             carry = settings[0].get("carry_model")
             check(carry == int("--carry-model" in tool_args), f"settings.carry_model is {carry!r} for arguments {tool_args}")
