@@ -153,22 +153,30 @@ build_kwin() {
 }
 
 # build_kwin_variant DIR NAME=PATCH[,PATCH...]: the series plus more patches, staged as kwin-NAME;
-# rebuilt only when a patch is newer than the staged binary. The extra patches are applied with
-# `git apply` on top of the series and reverted after, so only the files they touch are rebuilt
-# (resetting to `stock` and applying series and variant with `git am`, without re-running cmake, made
-# ninja rebuild 247 steps here).
+# rebuilt only when a patch or the installed library is newer than the staged build (every `build`
+# reinstalls the library, so it rebuilds each variant it is given; `measure` alone does not). The extra
+# patches are applied with `git apply` on top of the series and reverted after, so only the files they
+# touch are rebuilt (resetting to `stock` and applying series and variant with `git am`, without
+# re-running cmake, made ninja rebuild 247 steps here).
 build_kwin_variant() {
     local dir=$1 spec=$2
     local name=${spec%%=*} list=${spec#*=} patches=() p
     [ "$name" != "$spec" ] && [ -n "$name" ] || die "--kwin-variant wants NAME=PATCHFILE[,PATCHFILE...], got $spec"
     case $name in stock|ours) die "variant name $name is taken" ;; esac
     IFS=, read -r -a patches <<<"$list"
-    local stale=0
-    [ -x "$dir/opt/lab/kwin-$name/kwin_wayland" ] || stale=1
+    # libkwin holds the code; kwin_wayland is not relinked when only libkwin changes.
+    local staged=$dir/opt/lab/kwin-$name/libkwin.so.$KWIN_VERSION stale=0
+    local headers=$dir/usr/local/include/deferred_unmap
+    [ -d "$headers" ] || die "kwin variant $name: the library is not installed in $dir (run lab.sh build first)"
+    # A variant must not be built against a newer library than the series it is measured beside.
+    [ -z "$(find "$headers" -newer "$dir/opt/lab/kwin-ours/libkwin.so.$KWIN_VERSION" -print -quit)" ] \
+        || die "kwin variant $name: kwin-ours predates the installed library (run lab.sh build DIR --only kwin)"
+    [ -e "$staged" ] || stale=1
     for p in "${patches[@]}"; do
         [ -r "$p" ] || die "kwin variant $name: cannot read $p"
-        [ "$p" -nt "$dir/opt/lab/kwin-$name/kwin_wayland" ] && stale=1
+        [ "$p" -nt "$staged" ] && stale=1
     done
+    [ -n "$(find "$headers" -newer "$staged" -print -quit 2>/dev/null)" ] && stale=1
     [ $stale = 1 ] || { log "kwin $name: up to date"; return 0; }
     log "kwin $KWIN_VERSION + ports/kwin/*.patch + $list: incremental rebuild"
     rm -rf "$dir/src/patches-kwin-$name" && mkdir -p "$dir/src/patches-kwin-$name"
