@@ -27,11 +27,17 @@ if(DEFERRED_UNMAP_BUILD_TESTS)
                 $<TARGET_FILE:teardown_bench> ${du_bench_out}/teardown
                 --quick --sizes 1M,2M --burst-bytes 4M --rounds 2 --carry-model
                 --firefox-focus --firefox-bytes 1M --firefox-seconds 0.1)
+        # The other way through: no probe runs, steps sized by the mean rate.
+        add_test(NAME bench.teardown_bench_smoke_no_probe
+            COMMAND ${Python3_EXECUTABLE} ${du_bench_check} teardown
+                $<TARGET_FILE:teardown_bench> ${du_bench_out}/teardown-no-probe
+                --quick --sizes 1M --burst-bytes 4M --rounds 1 --no-probe --max-step-deviations 0)
         add_test(NAME bench.stutter_demo_smoke
             COMMAND ${Python3_EXECUTABLE} ${du_bench_check} stutter
                 $<TARGET_FILE:stutter_demo> ${du_bench_out}/stutter
                 --pools 4 --pool-bytes 1M --hz 240 --tail-frames 2 --max-step-deviations 0.5)
-        set_tests_properties(bench.teardown_bench_smoke bench.stutter_demo_smoke PROPERTIES TIMEOUT 300)
+        set_tests_properties(bench.teardown_bench_smoke bench.teardown_bench_smoke_no_probe bench.stutter_demo_smoke
+            PROPERTIES TIMEOUT 300)
     else()
         message(STATUS "deferred_unmap: python3 not found, benchmark smoke tests skipped")
     endif()

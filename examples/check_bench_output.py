@@ -87,6 +87,7 @@ def check_teardown(data, tool_args):
         probed = scenario == "burst" and "--no-probe" not in tool_args  # firefox-focus never has the probe
         check_strategies(where, group, TEARDOWN_FIELDS + (PROBE_FIELDS if probed else []))
         if not probed:
+            check(all("probe_samples" not in r for r in group), f"{where}: probe figures without the probe")
             continue
         baseline = [r for r in group if r["strategy"] == "baseline"]
         check(len(baseline) == 1, f"{where}: no probe baseline row")
