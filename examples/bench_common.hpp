@@ -212,6 +212,8 @@ struct call_record {
     std::size_t bytes = 0;
     nanoseconds took{0};  ///< wall time: what the caller waited
     nanoseconds cpu{0};   ///< the calling thread's CPU time: the work, without preemption by other load
+    static constexpr std::uint32_t no_frame = UINT32_MAX;
+    std::uint32_t frame = no_frame;  ///< the frame of run_frames() the frame thread made it in
 };
 
 /// Process-wide log of calls, filled lock-free by timed_os from any thread. reset() before a run,
@@ -239,6 +241,11 @@ public:
 
     static bool& on_frame_thread() noexcept {
         thread_local bool value = false;
+        return value;
+    }
+    /// The frame run_frames() is in, on the frame thread; no_frame elsewhere.
+    static std::uint32_t& frame() noexcept {
+        thread_local std::uint32_t value = call_record::no_frame;
         return value;
     }
 
@@ -278,7 +285,7 @@ private:
         const int error = call();
         const auto took = steady::now() - start;
         const auto cpu = cpu_clock(CLOCK_THREAD_CPUTIME_ID) - cpu_start;
-        call_log::record({op, call_log::on_frame_thread(), addr, length, took, cpu});
+        call_log::record({op, call_log::on_frame_thread(), addr, length, took, cpu, call_log::frame()});
         return error;
     }
 };
@@ -532,6 +539,8 @@ struct frame_record {
     nanoseconds teardown{0};  ///< frame thread's time in release() and frame()
     nanoseconds total{0};     ///< the whole frame: work + teardown
     bool preempted = false;   ///< the frame thread lost its CPU during the teardown part
+    std::size_t calls = 0;    ///< munmaps and closes the frame thread made in it (with call_log reset)
+    nanoseconds longest_call{0};  ///< the longest of them, wall time
 };
 
 struct frame_run {
@@ -560,6 +569,7 @@ inline frame_run run_frames(teardown_engine& engine, std::vector<std::vector<poo
         const long switches = involuntary_switches();
         const nanoseconds cpu_before = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
         const auto teardown_start = steady::now();
+        call_log::frame() = static_cast<std::uint32_t>(f);
         if (f >= config.first_release && f - config.first_release < dead.size())
             for (auto& p : dead[f - config.first_release]) engine.release(std::move(p));
         engine.frame();
@@ -576,8 +586,15 @@ inline frame_run run_frames(teardown_engine& engine, std::vector<std::vector<poo
     }
     run.hit_limit = run.frames_to_return == 0;
     run.loop_cpu = cpu_clock(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start - teardown_cpu;
+    call_log::frame() = call_record::no_frame;
     engine.finish();
     call_log::on_frame_thread() = false;
+    for (const auto& r : call_log::records()) {
+        if (r.frame >= run.frames.size()) continue;
+        auto& frame = run.frames[r.frame];
+        ++frame.calls;
+        frame.longest_call = std::max(frame.longest_call, r.took);
+    }
     return run;
 }
 

@@ -7,7 +7,8 @@
 // many frames passed until every byte was returned. --svg FILE draws each strategy's frame times.
 //
 // Frames in which the frame thread was preempted (the machine had other work) are counted, and the
-// "calm" figures leave them out.
+// "calm" figures leave them out; for the calm worst frame it prints the munmap and close calls the
+// frame thread made in it and the longest of them, which tells a slow call from many calls.
 //
 // --strategies runs only the named ones (the README's picture sets close-first beside the queued modes).
 //
@@ -120,6 +121,7 @@ row figures(const outcome& o, const settings& cfg) {
     const double interval_ms = to_ms(cfg.interval());
     std::vector<double> totals, stalls, calm_stalls;
     double frames_over = 0, vblanks_missed = 0, preempted = 0;
+    const frame_record* calm_worst = nullptr;  // what made the worst frame not preempted long
     for (std::size_t f = 0; f < o.run.frames.size(); ++f) {
         const double total = to_ms(o.run.frames[f].total);
         frames_over += total > interval_ms ? 1 : 0;
@@ -128,7 +130,10 @@ row figures(const outcome& o, const settings& cfg) {
         if (!affected) continue;
         totals.push_back(total);
         stalls.push_back(to_ms(o.run.frames[f].teardown));
-        if (!o.run.frames[f].preempted) calm_stalls.push_back(stalls.back());
+        if (!o.run.frames[f].preempted) {
+            calm_stalls.push_back(stalls.back());
+            if (calm_worst == nullptr || o.run.frames[f].teardown > calm_worst->teardown) calm_worst = &o.run.frames[f];
+        }
         preempted += o.run.frames[f].preempted ? 1 : 0;
     }
     const summary frame = summarize(totals), stall = summarize(stalls), calm = summarize(calm_stalls);
@@ -140,6 +145,8 @@ row figures(const outcome& o, const settings& cfg) {
             {"p99_stall_ms", stall.p99, 2},
             {"calm_worst_stall_ms", calm.max, 2},
             {"calm_p99_stall_ms", calm.p99, 2},
+            {"calm_worst_calls", calm_worst ? static_cast<double>(calm_worst->calls) : 0.0, 0},
+            {"calm_worst_longest_call_ms", calm_worst ? to_ms(calm_worst->longest_call) : 0.0, 2},
             {"preempted_frames", preempted, 0},
             {"p99_frame_ms", frame.p99, 2},
             {"frames_over_interval", frames_over, 0},
@@ -304,6 +311,7 @@ int main(int argc, char** argv) {
     progress_done();
     print_table(stdout, rows, {{"strategy", "strategy"}, {"worst_stall_ms", "worst stall ms"}, {"p99_stall_ms", "p99 stall"},
                                {"calm_worst_stall_ms", "calm worst"}, {"calm_p99_stall_ms", "calm p99"},
+                               {"calm_worst_calls", "its calls"}, {"calm_worst_longest_call_ms", "longest"},
                                {"preempted_frames", "preempted"},
                                {"p99_frame_ms", "p99 frame ms"}, {"frames_over_interval", "frames over"},
                                {"vblanks_missed", "vblanks missed"}, {"frames_to_return", "frames to return"},
@@ -333,13 +341,13 @@ int main(int argc, char** argv) {
 //   machine: source=bb3bab160868; date=2026-12-05T13:02:49Z; kernel=6.18.44; cpus=2; cpu_model=AMD EPYC; ...; loadavg_1min=4.98;
 //   52 pools of 19.8 MiB die at frame 20; 60 Hz, 2000 us of work per frame, 1000 us drain budget
 //
-//             strategy  worst stall ms  p99 stall  calm worst  calm p99  preempted  ...  vblanks missed  frames to return  ...
-//          close-first          196.62     196.62        0.00      0.00          1  ...              11                 1  ...
-//          unmap-first          246.07     246.07        0.00      0.00          1  ...              14                 1  ...
-//          thread-drop            0.80       0.80        0.80      0.80          0  ...               0                25  ...
-//                queue           10.54       8.51        2.71      2.56         50  ...               0               214  ...
-//         queue+worker            8.45       6.74        1.10      1.10         22  ...               0               121  ...
-//   queue+worker-unmap            1.98       1.98        0.05      0.05          1  ...               0                29  ...
+//             strategy  worst stall ms  p99 stall  calm worst  calm p99  ...  vblanks missed  frames to return  ...
+//          close-first          196.62     196.62        0.00      0.00  ...              11                 1  ...
+//          unmap-first          246.07     246.07        0.00      0.00  ...              14                 1  ...
+//          thread-drop            0.80       0.80        0.80      0.80  ...               0                25  ...
+//                queue           10.54       8.51        2.71      2.56  ...               0               214  ...
+//         queue+worker            8.45       6.74        1.10      1.10  ...               0               121  ...
+//   queue+worker-unmap            1.98       1.98        0.05      0.05  ...               0                29  ...
 //
 //   time: 30.1 s making pools (writing and reading every page), 10.9 s in frame loops
 //
