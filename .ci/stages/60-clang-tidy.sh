@@ -14,9 +14,11 @@ for header in include/deferred_unmap/*.hpp include/deferred_unmap/detail/*.hpp; 
     [[ "$header" == */c_api_impl.hpp ]] && extra=(--checks=-misc-definitions-in-headers,-cppcoreguidelines-owning-memory)
     tidy_run "${extra[@]}" "$header" -- -std=c++20 -x c++ -Iinclude || status=1
 done
+# C: the analyzer wants Annex K's memset_s for memset, which glibc does not provide.
 for header in include/deferred_unmap/*.h; do
     [ -e "$header" ] || continue
-    tidy_run "$header" -- -x c -std=c11 -Iinclude || status=1
+    tidy_run --checks=-clang-analyzer-security.insecureAPI.DeprecatedOrUnsafeBufferHandling \
+        "$header" -- -x c -std=c11 -Iinclude || status=1
 done
 [ "$status" -eq 0 ] && echo "clang-tidy: headers clean"
 exit "$status"
