@@ -540,7 +540,8 @@ struct frame_record {
     nanoseconds total{0};     ///< the whole frame: work + teardown
     bool preempted = false;   ///< the frame thread lost its CPU during the teardown part
     std::size_t calls = 0;    ///< munmaps and closes the frame thread made in it (with call_log reset)
-    nanoseconds longest_call{0};  ///< the longest of them, wall time
+    nanoseconds longest_call{0};      ///< the longest of them, wall time
+    nanoseconds longest_call_cpu{0};  ///< its thread CPU time: far below the wall time, it was off the CPU
 };
 
 struct frame_run {
@@ -593,7 +594,9 @@ inline frame_run run_frames(teardown_engine& engine, std::vector<std::vector<poo
         if (r.frame >= run.frames.size()) continue;
         auto& frame = run.frames[r.frame];
         ++frame.calls;
-        frame.longest_call = std::max(frame.longest_call, r.took);
+        if (r.took <= frame.longest_call) continue;
+        frame.longest_call = r.took;
+        frame.longest_call_cpu = r.cpu;
     }
     return run;
 }

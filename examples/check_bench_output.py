@@ -30,7 +30,7 @@ PROBE_FIELDS = [
 ]
 STUTTER_FIELDS = [
     "pools", "pool_bytes", "worst_stall_ms", "p99_stall_ms", "calm_worst_stall_ms", "calm_p99_stall_ms",
-    "calm_worst_calls", "calm_worst_longest_call_ms",
+    "calm_worst_calls", "calm_worst_longest_call_ms", "calm_worst_longest_call_cpu_ms",
     "preempted_frames", "p99_frame_ms", "frames_over_interval",
     "vblanks_missed", "frames_to_return", "frames_bound", "work_ms", "max_frame_close_ms",
 ]

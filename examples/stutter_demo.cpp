@@ -8,7 +8,8 @@
 //
 // Frames in which the frame thread was preempted (the machine had other work) are counted, and the
 // "calm" figures leave them out; for the calm worst frame it prints the munmap and close calls the
-// frame thread made in it and the longest of them, which tells a slow call from many calls.
+// frame thread made in it and the longest of them, wall and CPU time, which tells a slow call from
+// many calls and a call that cost that much from one whose thread was off the CPU.
 //
 // --strategies runs only the named ones (the README's picture sets close-first beside the queued modes).
 //
@@ -147,6 +148,7 @@ row figures(const outcome& o, const settings& cfg) {
             {"calm_p99_stall_ms", calm.p99, 2},
             {"calm_worst_calls", calm_worst ? static_cast<double>(calm_worst->calls) : 0.0, 0},
             {"calm_worst_longest_call_ms", calm_worst ? to_ms(calm_worst->longest_call) : 0.0, 2},
+            {"calm_worst_longest_call_cpu_ms", calm_worst ? to_ms(calm_worst->longest_call_cpu) : 0.0, 2},
             {"preempted_frames", preempted, 0},
             {"p99_frame_ms", frame.p99, 2},
             {"frames_over_interval", frames_over, 0},
@@ -312,6 +314,7 @@ int main(int argc, char** argv) {
     print_table(stdout, rows, {{"strategy", "strategy"}, {"worst_stall_ms", "worst stall ms"}, {"p99_stall_ms", "p99 stall"},
                                {"calm_worst_stall_ms", "calm worst"}, {"calm_p99_stall_ms", "calm p99"},
                                {"calm_worst_calls", "its calls"}, {"calm_worst_longest_call_ms", "longest"},
+                               {"calm_worst_longest_call_cpu_ms", "its cpu"},
                                {"preempted_frames", "preempted"},
                                {"p99_frame_ms", "p99 frame ms"}, {"frames_over_interval", "frames over"},
                                {"vblanks_missed", "vblanks missed"}, {"frames_to_return", "frames to return"},
