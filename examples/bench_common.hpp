@@ -486,8 +486,8 @@ inline du::reclaim_options fixed_steps(bool close_on_worker) {
 }
 
 /// What the queued strategies are run with: the drain budget per frame, max_step and
-/// max_step_deviations (all but the 2MiB ones), the sleep queue+worker/pause takes between two munmap steps of a drain, and the model a
-/// queue starts from (the library's prior when empty).
+/// max_step_deviations (all but the 2MiB ones), the sleep queue+worker/pause takes between two munmap
+/// steps of a drain, and the model a queue starts from (the library's prior when empty).
 struct queue_settings {
     nanoseconds budget{std::chrono::milliseconds{1}};
     nanoseconds max_step = du::reclaim_options{}.max_step;
@@ -495,6 +495,13 @@ struct queue_settings {
     nanoseconds drain_pause{std::chrono::microseconds{50}};
     std::optional<du::cost_model> prior;
 };
+
+/// --max-step-deviations as both tools take it: finite and >= 0, or the tool exits with status 2.
+inline void check_step_deviations(const char* tool, double deviations) {
+    if (std::isfinite(deviations) && deviations >= 0.0) return;
+    std::fprintf(stderr, "%s: --max-step-deviations must be finite and >= 0\n", tool);
+    std::exit(2);
+}
 
 inline std::unique_ptr<teardown_engine> make_engine(strategy s, const queue_settings& q) {
     const auto queued = [&](bool close_on_worker) {

@@ -14,8 +14,8 @@
 // --strategies runs only the named ones (the README's picture sets close-first beside the queued modes).
 //
 // Usage: stutter_demo [--hz N] [--pools N] [--pool-bytes B] [--budget-us N] [--drain-pause-us N]
-//                     [--max-step-deviations X] [--work-us N] [--burst-frame N] [--tail-frames N] [--strategies A,B,..]
-//                     [--svg FILE] [--csv FILE] [--json FILE]
+//                     [--max-step-deviations X] [--work-us N] [--burst-frame N] [--tail-frames N]
+//                     [--strategies A,B,..] [--svg FILE] [--csv FILE] [--json FILE]
 #include "bench_common.hpp"
 
 #include <sstream>
@@ -80,10 +80,7 @@ settings parse(int argc, char** argv) {
         std::fprintf(stderr, "stutter_demo: --hz, --budget-us, --pools and --pool-bytes must be positive\n");
         std::exit(2);
     }
-    if (!(std::isfinite(s.max_step_deviations) && s.max_step_deviations >= 0.0)) {
-        std::fprintf(stderr, "stutter_demo: --max-step-deviations must be finite and >= 0\n");
-        std::exit(2);
-    }
+    check_step_deviations("stutter_demo", s.max_step_deviations);
     return s;
 }
 

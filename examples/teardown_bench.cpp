@@ -136,10 +136,7 @@ settings parse(int argc, char** argv) {
         std::fprintf(stderr, "teardown_bench: --hz, --budget-us and --max-step-us must be positive\n");
         std::exit(2);
     }
-    if (!(std::isfinite(s.max_step_deviations) && s.max_step_deviations >= 0.0)) {
-        std::fprintf(stderr, "teardown_bench: --max-step-deviations must be finite and >= 0\n");
-        std::exit(2);
-    }
+    check_step_deviations("teardown_bench", s.max_step_deviations);
     return s;
 }
 
