@@ -80,16 +80,21 @@ struct reclaim_options {
     std::chrono::nanoseconds drain_pause = std::chrono::nanoseconds::zero();
 };
 
+namespace detail {
+// One rule per checked field: validate() and a queue built without exceptions share them.
+inline bool valid_max_step(std::chrono::nanoseconds step) noexcept { return step > std::chrono::nanoseconds::zero(); }
+inline bool valid_step_deviations(double k) noexcept { return std::isfinite(k) && k >= 0.0; }
+inline bool valid_drain_pause(std::chrono::nanoseconds pause) noexcept { return pause >= std::chrono::nanoseconds::zero(); }
+}  // namespace detail
+
 /// Empty when a queue accepts `options`; std::errc::invalid_argument when the prior is not valid()
 /// (negative, NaN or infinite), max_step is not positive, max_step_deviations is negative, NaN or
 /// infinite, or drain_pause is negative. O(1), no allocation.
 [[nodiscard]] inline std::error_code validate(const reclaim_options& options) noexcept {
-    if (!options.prior.valid()) return std::make_error_code(std::errc::invalid_argument);
-    if (options.max_step <= std::chrono::nanoseconds::zero()) return std::make_error_code(std::errc::invalid_argument);
-    if (!(std::isfinite(options.max_step_deviations) && options.max_step_deviations >= 0.0))
-        return std::make_error_code(std::errc::invalid_argument);
-    if (options.drain_pause < std::chrono::nanoseconds::zero()) return std::make_error_code(std::errc::invalid_argument);
-    return {};
+    const bool valid = options.prior.valid() && detail::valid_max_step(options.max_step) &&
+                       detail::valid_step_deviations(options.max_step_deviations) &&
+                       detail::valid_drain_pause(options.drain_pause);
+    return valid ? std::error_code{} : std::make_error_code(std::errc::invalid_argument);
 }
 
 }  // namespace deferred_unmap

@@ -216,10 +216,10 @@ private:
     static reclaim_options with_defaults_for_invalid(reclaim_options options) noexcept {
         const reclaim_options defaults;
         if (!options.prior.valid()) options.prior = defaults.prior;
-        if (validate(reclaim_options{.max_step = options.max_step})) options.max_step = defaults.max_step;
-        if (validate(reclaim_options{.max_step_deviations = options.max_step_deviations}))
+        if (!detail::valid_max_step(options.max_step)) options.max_step = defaults.max_step;
+        if (!detail::valid_step_deviations(options.max_step_deviations))
             options.max_step_deviations = defaults.max_step_deviations;
-        if (validate(reclaim_options{.drain_pause = options.drain_pause})) options.drain_pause = defaults.drain_pause;
+        if (!detail::valid_drain_pause(options.drain_pause)) options.drain_pause = defaults.drain_pause;
         return options;
     }
 #endif

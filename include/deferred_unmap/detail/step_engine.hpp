@@ -253,9 +253,9 @@ private:
     [[nodiscard]] bool unmapping() const DU_REQUIRES(mutex_) { return target().unmapped < target().length; }
 
     // The next munmap's length: min(unmap_chunk_bytes, what is left of the current item) where the
-    // model predicts that fits in max_step at its slow rate (max_step_deviations); otherwise what is left cut evenly into the fewest steps the
-    // model predicts fit, each at least a page (a step must make progress however slow the model
-    // says the machine is).
+    // model predicts that fits in max_step at its slow rate (max_step_deviations); otherwise what is
+    // left cut evenly into the fewest steps the model predicts fit, each at least a page (a step must
+    // make progress however slow the model says the machine is).
     [[nodiscard]] std::size_t next_chunk() const DU_REQUIRES(mutex_) {
         const std::size_t left = target().length - target().unmapped;
         const std::size_t upper = std::min(chunk_bytes_, left);
