@@ -71,11 +71,13 @@ inline du_queue_options widen(const du_options& opts) noexcept {
 inline constexpr std::size_t first_options_size = offsetof(du_queue_options, max_step_ns);
 
 // What a caller compiled against another header passed: its fields over the defaults of the rest.
-// 0, EINVAL (smaller than the first layout) or E2BIG (it sets fields this library does not know).
+// 0, EINVAL (smaller than the first layout, or not a size any layout can have: it would cut a field)
+// or E2BIG (it sets fields this library does not know).
 inline int read_sized(const du_queue_options* given, du_queue_options& out) noexcept {
     out = defaults();
     if (given == nullptr) return 0;
-    if (given->size < first_options_size) return EINVAL;
+    // Every layout's sizeof is a multiple of this alignment: appended fields can only raise it.
+    if (given->size < first_options_size || given->size % alignof(du_queue_options) != 0) return EINVAL;
     // A caller built against a newer header: what it sets beyond what this library knows must be zero.
     const auto* bytes = reinterpret_cast<const unsigned char*>(given);
     for (std::size_t i = sizeof out; i < given->size; ++i)

@@ -362,6 +362,15 @@ static void test_options_grow_without_breaking_older_callers(void) {
         errno = 0;
         CHECK(du_queue_create_with(&old) == NULL && errno == EINVAL);
     }
+    /* Cut inside a field (part of it the caller's bytes, the rest the default's), however valid
+     * every field is. */
+    const size_t cut[] = {old_size + 4, offsetof(du_queue_options, max_step_deviations) + 1, sizeof opts - 4};
+    for (size_t i = 0; i < sizeof cut / sizeof cut[0]; ++i) {
+        du_queue_options_init(&opts);
+        opts.size = cut[i];
+        errno = 0;
+        CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
+    }
     q = du_queue_create_with(NULL);
     CHECK(q != NULL && du_queue_worker_fd(q) >= 0);
     du_queue_destroy(q);
