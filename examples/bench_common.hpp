@@ -356,6 +356,11 @@ inline constexpr strategy all_strategies[] = {
     strategy::queue_worker_pause, strategy::queue_worker_wall_clock,
 };
 
+/// The strategies with a queue, hence a cost model to learn; the others are today's compositors.
+inline constexpr bool has_model(strategy s) {
+    return s != strategy::close_first && s != strategy::unmap_first && s != strategy::thread_drop;
+}
+
 inline const char* name(strategy s) {
     switch (s) {
         case strategy::close_first: return "close-first";

@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
     const row machine = machine_info();
     print_machine(machine);
     std::printf("%zu pools of %.1f MiB die at frame %zu; %u Hz, %u us of work per frame, %u us drain budget, "
-                "steps sized for %.2g deviations\n\n",
+                "steps sized for %g deviations\n\n",
                 cfg.pools, static_cast<double>(cfg.pool_bytes) / (1 << 20), cfg.burst_frame, cfg.hz, cfg.work_us,
                 cfg.budget_us, cfg.max_step_deviations);
     std::vector<outcome> runs;

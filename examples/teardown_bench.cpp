@@ -466,11 +466,12 @@ void progress_line(const scenario& sc, std::size_t round, strategy s, const char
              round + 1, sc.rounds, name(s), phase);
 }
 
-/// With --carry-model, one uncounted burst per strategy, so that every counted run starts from a model
-/// that has seen a burst, as a compositor's queue has after its first.
+/// With --carry-model, one uncounted burst per queued strategy, so that every counted run starts from a
+/// model that has seen a burst, as a compositor's queue has after its first.
 void warm_up(const scenario& sc, const settings& cfg, nanoseconds idle_frame_cpu,
              std::vector<std::optional<du::cost_model>>& clean, std::vector<std::optional<du::cost_model>>& probed) {
     for (std::size_t i = 0; i < std::size(all_strategies); ++i) {
+        if (!has_model(all_strategies[i])) continue;
         progress("%s %.1f MiB: warm-up, %s", sc.name.c_str(), static_cast<double>(sc.pool_bytes) / (1 << 20),
                  name(all_strategies[i]));
         run_once(all_strategies[i], sc, cfg, idle_frame_cpu, clean[i], nullptr);
