@@ -176,8 +176,10 @@ static inline void du_queue_options_init(du_queue_options *opts) DU_NOEXCEPT {
 }
 
 /* A new queue from options filled by du_queue_options_init (NULL: defaults). NULL + errno on failure:
- * EINVAL (size too small or cutting a field, zero unmap_chunk_bytes, a max_step_ns not > 0, a negative delay or pause, a negative, NaN or infinite
- * prior or max_step_deviations, an overhead over a day), E2BIG (a newer caller set fields this library does not know), ENOMEM, EAGAIN (no thread), EMFILE/ENFILE (no pipe for the worker's descriptor). */
+ * EINVAL (a size no init call set: below sizeof and not where an earlier layout ended; zero
+ * unmap_chunk_bytes, a max_step_ns not > 0, a negative delay or pause, a negative, NaN or infinite
+ * prior or max_step_deviations, an overhead over a day), E2BIG (a newer caller set fields this library
+ * does not know), ENOMEM, EAGAIN (no thread), EMFILE/ENFILE (no pipe for the worker's descriptor). */
 du_queue *du_queue_create_with(const du_queue_options *opts) DU_NOEXCEPT;
 
 /* Items not yet fully torn down, the worker's share included; 0 for NULL. Any thread, O(1). */

@@ -67,17 +67,23 @@ inline du_queue_options widen(const du_options& opts) noexcept {
     return wide;
 }
 
-// Where du_queue_options ended when it was introduced: no caller can pass less.
-inline constexpr std::size_t first_options_size = offsetof(du_queue_options, max_step_ns);
+// Where du_queue_options ended in each earlier version of c_api.h, oldest first: the only sizes below
+// sizeof a caller's init call can have set. A size between two of them cuts a field, on any ABI.
+inline constexpr std::size_t earlier_options_sizes[] = {
+    offsetof(du_queue_options, max_step_ns),          // the first layout
+    offsetof(du_queue_options, drain_pause_ns),       // + max_step_ns
+    offsetof(du_queue_options, max_step_deviations),  // + drain_pause_ns
+};
+static_assert(offsetof(du_queue_options, max_step_deviations) + sizeof(double) == sizeof(du_queue_options),
+              "a field was appended to du_queue_options: add where the layout ended before it above");
 
 // What a caller compiled against another header passed: its fields over the defaults of the rest.
-// 0, EINVAL (smaller than the first layout, or not a size any layout can have: it would cut a field)
-// or E2BIG (it sets fields this library does not know).
+// 0, EINVAL (below sizeof and not a size an earlier layout had) or E2BIG (it sets fields this library
+// does not know).
 inline int read_sized(const du_queue_options* given, du_queue_options& out) noexcept {
     out = defaults();
     if (given == nullptr) return 0;
-    // Every layout's sizeof is a multiple of this alignment: appended fields can only raise it.
-    if (given->size < first_options_size || given->size % alignof(du_queue_options) != 0) return EINVAL;
+    if (given->size < sizeof out && std::ranges::count(earlier_options_sizes, given->size) == 0) return EINVAL;
     // A caller built against a newer header: what it sets beyond what this library knows must be zero.
     const auto* bytes = reinterpret_cast<const unsigned char*>(given);
     for (std::size_t i = sizeof out; i < given->size; ++i)
