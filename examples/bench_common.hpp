@@ -357,8 +357,22 @@ inline constexpr strategy all_strategies[] = {
 };
 
 /// The strategies with a queue, hence a cost model to learn; the others are today's compositors.
+/// A switch with no default: -Wswitch makes a new strategy say which it is.
 inline constexpr bool has_model(strategy s) {
-    return s != strategy::close_first && s != strategy::unmap_first && s != strategy::thread_drop;
+    switch (s) {
+        case strategy::close_first:
+        case strategy::unmap_first:
+        case strategy::thread_drop: return false;
+        case strategy::queue:
+        case strategy::queue_worker:
+        case strategy::queue_worker_unmap:
+        case strategy::queue_fixed_steps:
+        case strategy::queue_worker_fixed_steps:
+        case strategy::queue_worker_low_priority:
+        case strategy::queue_worker_pause:
+        case strategy::queue_worker_wall_clock: return true;
+    }
+    return false;
 }
 
 inline const char* name(strategy s) {
