@@ -120,11 +120,35 @@ install_library() {
     [ -x "$dir/src/du-build/examples/wayland/stress_client" ] || die "stress_client did not build"
 }
 
-# stage_kwin DIR NAME: the build tree's kwin_wayland and libkwin into /opt/lab/kwin-NAME
+# digest DIR [FIND-TEST...]: one hash of the names and contents of the files under DIR (that pass
+# the tests); fails when DIR is missing or a file cannot be read
+digest() {
+    local top=$1; shift
+    [ -d "$top" ] || return 1
+    (cd "$top" && find . "$@" -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum --) | sha256sum | cut -d' ' -f1
+}
+
+# kwin_stamp DIR NAME [PATCH...]: what kwin-NAME is built from, by content (a patch rewritten with an
+# older mtime, or a library reinstalled unchanged, must not decide): the installed library's
+# headers, this checkout's series and each extra patch in order; stock is built from neither.
+kwin_stamp() {
+    local dir=$1 name=$2 library series; shift 2
+    [ "$name" != stock ] || { echo "stock kwin $KWIN_VERSION"; return 0; }
+    library=$(digest "$dir/usr/local/include/deferred_unmap") || return 1
+    series=$(digest "$here/kwin" -maxdepth 1 -name '*.patch') || return 1
+    echo "library $library"
+    echo "series $series"
+    [ $# -eq 0 ] || sha256sum -- "$@" | cut -d' ' -f1 | sed 's/^/patch /'
+}
+
+# stage_kwin DIR NAME [PATCH...]: the build tree's kwin_wayland and libkwin into /opt/lab/kwin-NAME,
+# with its stamp in built-from
 stage_kwin() {
-    local dir=$1 name=$2
+    local dir=$1 name=$2 stamp; shift 2
+    stamp=$(kwin_stamp "$dir" "$name" "$@") || die "kwin $name: cannot hash the installed library, the series or the patches"
     in_root "$dir" "rm -rf /opt/lab/kwin-$name && mkdir -p /opt/lab/kwin-$name && \
         cp -a /src/kwin-build/bin/kwin_wayland /src/kwin-build/bin/libkwin.so* /opt/lab/kwin-$name/"
+    printf '%s\n' "$stamp" >"$dir/opt/lab/kwin-$name/built-from"
 }
 
 build_kwin() {
@@ -153,31 +177,31 @@ build_kwin() {
 }
 
 # build_kwin_variant DIR NAME=PATCH[,PATCH...]: the series plus more patches, staged as kwin-NAME;
-# rebuilt only when a patch or the installed library is newer than the staged build (every `build`
-# reinstalls the library, so it rebuilds each variant it is given; `measure` alone does not). The extra
-# patches are applied with `git apply` on top of the series and reverted after, so only the files they
-# touch are rebuilt (resetting to `stock` and applying series and variant with `git am`, without
-# re-running cmake, made ninja rebuild 247 steps here).
+# rebuilt only when its stamp (built-from, see kwin_stamp) no longer matches. The extra patches are
+# applied with `git apply` on top of the series and reverted after, so only the files they touch are
+# rebuilt (resetting to `stock` and applying series and variant with `git am`, without re-running
+# cmake, made ninja rebuild 247 steps here).
 build_kwin_variant() {
     local dir=$1 spec=$2
-    local name=${spec%%=*} list=${spec#*=} patches=() p
-    [ "$name" != "$spec" ] && [ -n "$name" ] || die "--kwin-variant wants NAME=PATCHFILE[,PATCHFILE...], got $spec"
+    local name=${spec%%=*} list=${spec#*=} patches=() p ours want
+    [ "$name" != "$spec" ] && [ -n "$name" ] && [ -n "$list" ] \
+        || die "--kwin-variant wants NAME=PATCHFILE[,PATCHFILE...], got $spec"
     case $name in stock|ours) die "variant name $name is taken" ;; esac
     IFS=, read -r -a patches <<<"$list"
-    # libkwin holds the code; kwin_wayland is not relinked when only libkwin changes.
-    local staged=$dir/opt/lab/kwin-$name/libkwin.so.$KWIN_VERSION stale=0
-    local headers=$dir/usr/local/include/deferred_unmap
-    [ -d "$headers" ] || die "kwin variant $name: the library is not installed in $dir (run lab.sh build first)"
-    # A variant must not be built against a newer library than the series it is measured beside.
-    [ -z "$(find "$headers" -newer "$dir/opt/lab/kwin-ours/libkwin.so.$KWIN_VERSION" -print -quit)" ] \
-        || die "kwin variant $name: kwin-ours predates the installed library (run lab.sh build DIR --only kwin)"
-    [ -e "$staged" ] || stale=1
-    for p in "${patches[@]}"; do
-        [ -r "$p" ] || die "kwin variant $name: cannot read $p"
-        [ "$p" -nt "$staged" ] && stale=1
-    done
-    [ -n "$(find "$headers" -newer "$staged" -print -quit 2>/dev/null)" ] && stale=1
-    [ $stale = 1 ] || { log "kwin $name: up to date"; return 0; }
+    [ -d "$dir/usr/local/include/deferred_unmap" ] || die "kwin variant $name: the library is not installed in $dir (run lab.sh build first)"
+    for p in "${patches[@]}"; do [ -r "$p" ] || die "kwin variant $name: cannot read '$p'"; done
+    # A variant must be built from the same library and series as the kwin-ours it is measured beside.
+    ours=$dir/opt/lab/kwin-ours/built-from
+    [ -e "$ours" ] || die "kwin variant $name: kwin-ours is not built, or was staged by a lab.sh without stamps (run lab.sh build DIR --only kwin)"
+    want=$(kwin_stamp "$dir" ours) || die "kwin variant $name: cannot hash the installed library or the series"
+    [ "$(cat "$ours")" = "$want" ] \
+        || die "kwin variant $name: kwin-ours was built from another library or series (run lab.sh build DIR --only kwin)"
+    want=$(kwin_stamp "$dir" "$name" "${patches[@]}") || die "kwin variant $name: cannot hash its patches"
+    if [ -e "$dir/opt/lab/kwin-$name/libkwin.so.$KWIN_VERSION" ] \
+        && [ "$(cat "$dir/opt/lab/kwin-$name/built-from" 2>/dev/null)" = "$want" ]; then
+        log "kwin $name: up to date"
+        return 0
+    fi
     log "kwin $KWIN_VERSION + ports/kwin/*.patch + $list: incremental rebuild"
     rm -rf "$dir/src/patches-kwin-$name" && mkdir -p "$dir/src/patches-kwin-$name"
     local i=0
@@ -185,10 +209,14 @@ build_kwin_variant() {
     local src=/src/kwin-$KWIN_VERSION
     in_root "$dir" "cd $src && git diff --quiet HEAD && [ \"\$(git rev-list --count stock..HEAD)\" = \"\$(ls /src/patches-kwin/*.patch | wc -l)\" ]" \
         || die "kwin: $src is not at the series (run lab.sh build first)"
-    in_root "$dir" "cd $src && git apply /src/patches-kwin-$name/*.patch && ninja -C /src/kwin-build -j$JOBS kwin_wayland" \
-        || die "kwin $name build failed"
-    stage_kwin "$dir" "$name"
-    in_root "$dir" "cd $src && git checkout -q -- . && ninja -C /src/kwin-build -j$JOBS kwin_wayland >/dev/null" \
+    # git apply is all or nothing; a variant that does not compile is reverted too, so the next
+    # `build` does not stage it as kwin-ours.
+    if ! in_root "$dir" "cd $src && git apply /src/patches-kwin-$name/*.patch && ninja -C /src/kwin-build -j$JOBS kwin_wayland"; then
+        in_root "$dir" "cd $src && git checkout -q -- . && git clean -qfd"
+        die "kwin $name build failed (reverted to the series)"
+    fi
+    stage_kwin "$dir" "$name" "${patches[@]}"
+    in_root "$dir" "cd $src && git checkout -q -- . && git clean -qfd && ninja -C /src/kwin-build -j$JOBS kwin_wayland >/dev/null" \
         || die "kwin: rebuilding the series after variant $name failed"
 }
 
