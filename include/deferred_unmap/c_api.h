@@ -176,7 +176,7 @@ static inline void du_queue_options_init(du_queue_options *opts) DU_NOEXCEPT {
 }
 
 /* A new queue from options filled by du_queue_options_init (NULL: defaults). NULL + errno on failure:
- * EINVAL (a size no init call set: below sizeof and not where an earlier layout ended; zero
+ * EINVAL (a size no init call set, below this header's sizeof and not an earlier layout's, a zero
  * unmap_chunk_bytes, a max_step_ns not > 0, a negative delay or pause, a negative, NaN or infinite
  * prior or max_step_deviations, an overhead over a day), E2BIG (a newer caller set fields this library
  * does not know), ENOMEM, EAGAIN (no thread), EMFILE/ENFILE (no pipe for the worker's descriptor). */

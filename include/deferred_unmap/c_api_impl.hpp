@@ -67,15 +67,19 @@ inline du_queue_options widen(const du_options& opts) noexcept {
     return wide;
 }
 
-// Where du_queue_options ended in each earlier version of c_api.h, oldest first: the only sizes below
-// sizeof a caller's init call can have set. A size between two of them cuts a field, on any ABI.
+// sizeof du_queue_options in each earlier version of c_api.h, oldest first: the only sizes below
+// sizeof a caller's init call can have set. Each is the offset of the field appended after it, as
+// no appended field has asked for more alignment than the struct had. A size between two cuts a field.
 inline constexpr std::size_t earlier_options_sizes[] = {
     offsetof(du_queue_options, max_step_ns),          // the first layout
     offsetof(du_queue_options, drain_pause_ns),       // + max_step_ns
     offsetof(du_queue_options, max_step_deviations),  // + drain_pause_ns
 };
+static_assert(std::ranges::all_of(earlier_options_sizes,
+                                   [](std::size_t size) { return size % alignof(du_queue_options) == 0; }),
+              "an entry is not a sizeof: add the size the struct had, padding included");
 static_assert(offsetof(du_queue_options, max_step_deviations) + sizeof(double) == sizeof(du_queue_options),
-              "a field was appended to du_queue_options: add where the layout ended before it above");
+              "a field was appended to du_queue_options: add the sizeof the struct had before it above");
 
 // What a caller compiled against another header passed: its fields over the defaults of the rest.
 // 0, EINVAL (below sizeof and not a size an earlier layout had) or E2BIG (it sets fields this library

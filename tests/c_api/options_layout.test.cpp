@@ -10,6 +10,13 @@
 
 namespace {
 
+// Where du_queue_options ended in each earlier version of c_api.h.
+constexpr std::size_t earlier_sizes[] = {
+    offsetof(du_queue_options, max_step_ns),          // the first layout
+    offsetof(du_queue_options, drain_pause_ns),       // + max_step_ns
+    offsetof(du_queue_options, max_step_deviations),  // + drain_pause_ns
+};
+
 constexpr unsigned char garbage = 0xab;
 
 bool untouched_past(const du_queue_options& opts, std::size_t size) {
@@ -21,7 +28,7 @@ bool untouched_past(const du_queue_options& opts, std::size_t size) {
 
 TEST_CASE("c api: a caller built against an earlier header keeps its fields, the later ones take defaults") {
     const deferred_unmap::reclaim_options defaults;
-    for (const std::size_t size : deferred_unmap::detail::c_api::earlier_options_sizes) {
+    for (const std::size_t size : earlier_sizes) {
         CAPTURE(size);
         du_queue_options opts;
         std::memset(&opts, garbage, sizeof opts);
