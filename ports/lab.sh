@@ -141,18 +141,18 @@ kwin_stamp() {
     [ $# -eq 0 ] || sha256sum -- "$@" | cut -d' ' -f1 | sed 's/^/patch /'
 }
 
-# stage_kwin DIR NAME [PATCH...]: the build tree's kwin_wayland and libkwin into /opt/lab/kwin-NAME,
-# with its stamp in built-from
+# stage_kwin DIR NAME STAMP: the build tree's kwin_wayland and libkwin into /opt/lab/kwin-NAME, with
+# STAMP in built-from. The stamp is taken before the build: a patch edited while ninja runs must
+# make the next run rebuild, not be recorded as built.
 stage_kwin() {
-    local dir=$1 name=$2 stamp; shift 2
-    stamp=$(kwin_stamp "$dir" "$name" "$@") || die "kwin $name: cannot hash the installed library, the series or the patches"
+    local dir=$1 name=$2 stamp=$3
     in_root "$dir" "rm -rf /opt/lab/kwin-$name && mkdir -p /opt/lab/kwin-$name && \
         cp -a /src/kwin-build/bin/kwin_wayland /src/kwin-build/bin/libkwin.so* /opt/lab/kwin-$name/"
     printf '%s\n' "$stamp" >"$dir/opt/lab/kwin-$name/built-from"
 }
 
 build_kwin() {
-    local dir=$1
+    local dir=$1 stamp
     local src=/src/kwin-$KWIN_VERSION
     if [ ! -x "$dir/opt/lab/kwin-stock/kwin_wayland" ]; then
         log "kwin $KWIN_VERSION stock: configure + ninja kwin_wayland (1,230 steps, ~40 min on 2 cores)"
@@ -161,18 +161,22 @@ build_kwin() {
             && git tag -f stock >/dev/null \
             && cmake -S . -B /src/kwin-build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=OFF >/src/kwin-configure.log 2>&1 \
             && ninja -C /src/kwin-build -j$JOBS kwin_wayland" || die "kwin stock build failed"
-        stage_kwin "$dir" stock
+        stage_kwin "$dir" stock "$(kwin_stamp "$dir" stock)"
     fi
+    stamp=$(kwin_stamp "$dir" ours) || die "kwin: cannot hash the installed library or the series"
     log "kwin $KWIN_VERSION + ports/kwin/*.patch: incremental rebuild"
-    # Same series as last time: leave the tree alone (nothing to rebuild); ninja still catches
-    # edits made to the tree by hand.
+    # An interrupted variant leaves its patches in the tree: what is staged as kwin-ours must be
+    # the series alone.
+    in_root "$dir" "cd $src && { git diff --quiet HEAD || { echo 'lab.sh: kwin: reverting changes beyond the series (an interrupted variant?)' >&2; \
+        git checkout -q -- .; }; } && git clean -qfd" || die "kwin: cannot reset $src to the series"
+    # Same series as last time: leave the tree alone (nothing to rebuild).
     if ! diff -rq "$here/kwin" "$dir/src/patches-kwin" -x README.md -x alternatives >/dev/null 2>&1; then
         rm -rf "$dir/src/patches-kwin" && mkdir -p "$dir/src/patches-kwin" && cp "$here"/kwin/*.patch "$dir/src/patches-kwin/"
         in_root "$dir" "cd $src && git reset -q --hard stock && git -c user.name=lab -c user.email=lab@localhost am -q /src/patches-kwin/*.patch \
             && cmake /src/kwin-build >/dev/null" || die "kwin: applying the series failed"
     fi
     in_root "$dir" "ninja -C /src/kwin-build -j$JOBS kwin_wayland" || die "kwin patched build failed"
-    stage_kwin "$dir" ours
+    stage_kwin "$dir" ours "$stamp"
     # The build tree is left patched; `git -C $src reset --hard stock` before rebuilding stock.
 }
 
@@ -183,7 +187,7 @@ build_kwin() {
 # cmake, made ninja rebuild 247 steps here).
 build_kwin_variant() {
     local dir=$1 spec=$2
-    local name=${spec%%=*} list=${spec#*=} patches=() p ours want
+    local name=${spec%%=*} list=${spec#*=} patches=() p ours ours_stamp stamp
     [ "$name" != "$spec" ] && [ -n "$name" ] && [ -n "$list" ] \
         || die "--kwin-variant wants NAME=PATCHFILE[,PATCHFILE...], got $spec"
     case $name in stock|ours) die "variant name $name is taken" ;; esac
@@ -193,12 +197,12 @@ build_kwin_variant() {
     # A variant must be built from the same library and series as the kwin-ours it is measured beside.
     ours=$dir/opt/lab/kwin-ours/built-from
     [ -e "$ours" ] || die "kwin variant $name: kwin-ours is not built, or was staged by a lab.sh without stamps (run lab.sh build DIR --only kwin)"
-    want=$(kwin_stamp "$dir" ours) || die "kwin variant $name: cannot hash the installed library or the series"
-    [ "$(cat "$ours")" = "$want" ] \
+    ours_stamp=$(kwin_stamp "$dir" ours) || die "kwin variant $name: cannot hash the installed library or the series"
+    [ "$(cat "$ours")" = "$ours_stamp" ] \
         || die "kwin variant $name: kwin-ours was built from another library or series (run lab.sh build DIR --only kwin)"
-    want=$(kwin_stamp "$dir" "$name" "${patches[@]}") || die "kwin variant $name: cannot hash its patches"
+    stamp=$(kwin_stamp "$dir" "$name" "${patches[@]}") || die "kwin variant $name: cannot hash its patches"
     if [ -e "$dir/opt/lab/kwin-$name/libkwin.so.$KWIN_VERSION" ] \
-        && [ "$(cat "$dir/opt/lab/kwin-$name/built-from" 2>/dev/null)" = "$want" ]; then
+        && [ "$(cat "$dir/opt/lab/kwin-$name/built-from" 2>/dev/null)" = "$stamp" ]; then
         log "kwin $name: up to date"
         return 0
     fi
@@ -215,7 +219,7 @@ build_kwin_variant() {
         in_root "$dir" "cd $src && git checkout -q -- . && git clean -qfd"
         die "kwin $name build failed (reverted to the series)"
     fi
-    stage_kwin "$dir" "$name" "${patches[@]}"
+    stage_kwin "$dir" "$name" "$stamp"
     in_root "$dir" "cd $src && git checkout -q -- . && git clean -qfd && ninja -C /src/kwin-build -j$JOBS kwin_wayland >/dev/null" \
         || die "kwin: rebuilding the series after variant $name failed"
 }
