@@ -141,6 +141,11 @@ kwin_stamp() {
     [ $# -eq 0 ] || sha256sum -- "$@" | cut -d' ' -f1 | sed 's/^/patch /'
 }
 
+# revert_kwin_tree DIR: the KWin tree back to the series (a variant's edits and new files gone)
+revert_kwin_tree() {
+    in_root "$1" "cd /src/kwin-$KWIN_VERSION && git checkout -q -- . && git clean -qfd"
+}
+
 # stage_kwin DIR NAME STAMP: the build tree's kwin_wayland and libkwin into /opt/lab/kwin-NAME, with
 # STAMP in built-from. The stamp is taken before the build: a patch edited while ninja runs must
 # make the next run rebuild, not be recorded as built.
@@ -167,8 +172,9 @@ build_kwin() {
     log "kwin $KWIN_VERSION + ports/kwin/*.patch: incremental rebuild"
     # An interrupted variant leaves its patches in the tree: what is staged as kwin-ours must be
     # the series alone.
-    in_root "$dir" "cd $src && { git diff --quiet HEAD || { echo 'lab.sh: kwin: reverting changes beyond the series (an interrupted variant?)' >&2; \
-        git checkout -q -- .; }; } && git clean -qfd" || die "kwin: cannot reset $src to the series"
+    in_root "$dir" "cd $src && git diff --quiet HEAD" \
+        || log "kwin: reverting changes beyond the series (an interrupted variant?)"
+    revert_kwin_tree "$dir" || die "kwin: cannot reset $src to the series"
     # Same series as last time: leave the tree alone (nothing to rebuild).
     if ! diff -rq "$here/kwin" "$dir/src/patches-kwin" -x README.md -x alternatives >/dev/null 2>&1; then
         rm -rf "$dir/src/patches-kwin" && mkdir -p "$dir/src/patches-kwin" && cp "$here"/kwin/*.patch "$dir/src/patches-kwin/"
@@ -213,14 +219,14 @@ build_kwin_variant() {
     local src=/src/kwin-$KWIN_VERSION
     in_root "$dir" "cd $src && git diff --quiet HEAD && [ \"\$(git rev-list --count stock..HEAD)\" = \"\$(ls /src/patches-kwin/*.patch | wc -l)\" ]" \
         || die "kwin: $src is not at the series (run lab.sh build first)"
-    # git apply is all or nothing; a variant that does not compile is reverted too, so the next
-    # `build` does not stage it as kwin-ours.
+    # git apply is all or nothing; a variant that does not compile is reverted too, so the tree is
+    # left at the series whichever way this ends.
     if ! in_root "$dir" "cd $src && git apply /src/patches-kwin-$name/*.patch && ninja -C /src/kwin-build -j$JOBS kwin_wayland"; then
-        in_root "$dir" "cd $src && git checkout -q -- . && git clean -qfd"
+        revert_kwin_tree "$dir"
         die "kwin $name build failed (reverted to the series)"
     fi
     stage_kwin "$dir" "$name" "$stamp"
-    in_root "$dir" "cd $src && git checkout -q -- . && git clean -qfd && ninja -C /src/kwin-build -j$JOBS kwin_wayland >/dev/null" \
+    revert_kwin_tree "$dir" && in_root "$dir" "ninja -C /src/kwin-build -j$JOBS kwin_wayland >/dev/null" \
         || die "kwin: rebuilding the series after variant $name failed"
 }
 
