@@ -347,6 +347,8 @@ enum class strategy {
     queue_worker_low_priority,
     queue_worker_pause,
     queue_worker_wall_clock,
+    unmap_first_again,
+    thread_drop_again,
 };
 
 inline constexpr strategy all_strategies[] = {
@@ -354,7 +356,11 @@ inline constexpr strategy all_strategies[] = {
     strategy::queue,              strategy::queue_worker,      strategy::queue_worker_unmap,
     strategy::queue_fixed_steps,  strategy::queue_worker_fixed_steps, strategy::queue_worker_low_priority,
     strategy::queue_worker_pause, strategy::queue_worker_wall_clock,
+    strategy::unmap_first_again,  strategy::thread_drop_again,
 };
+
+/// A second run of another strategy, there only to show the noise of a ratio.
+inline constexpr bool is_control(strategy s) { return s == strategy::unmap_first_again || s == strategy::thread_drop_again; }
 
 /// The strategies with a queue, hence a cost model to learn; the others are today's compositors.
 /// A switch with no default: -Wswitch makes a new strategy say which it is.
@@ -362,7 +368,9 @@ inline constexpr bool has_model(strategy s) {
     switch (s) {
         case strategy::close_first:
         case strategy::unmap_first:
-        case strategy::thread_drop: return false;
+        case strategy::thread_drop:
+        case strategy::unmap_first_again:
+        case strategy::thread_drop_again: return false;
         case strategy::queue:
         case strategy::queue_worker:
         case strategy::queue_worker_unmap:
@@ -388,6 +396,8 @@ inline const char* name(strategy s) {
         case strategy::queue_worker_low_priority: return "queue+worker/nice";
         case strategy::queue_worker_pause: return "queue+worker/pause";
         case strategy::queue_worker_wall_clock: return "queue+worker/wall";
+        case strategy::unmap_first_again: return "unmap-first/again";
+        case strategy::thread_drop_again: return "thread-drop/again";
     }
     return "?";
 }
@@ -533,8 +543,10 @@ inline std::unique_ptr<teardown_engine> make_engine(strategy s, const queue_sett
     du::reclaim_options options = queued(true);
     switch (s) {
         case strategy::close_first: return std::make_unique<immediate_engine>(true);
-        case strategy::unmap_first: return std::make_unique<immediate_engine>(false);
-        case strategy::thread_drop: return std::make_unique<thread_drop_engine>();
+        case strategy::unmap_first:
+        case strategy::unmap_first_again: return std::make_unique<immediate_engine>(false);
+        case strategy::thread_drop:
+        case strategy::thread_drop_again: return std::make_unique<thread_drop_engine>();
         case strategy::queue: return engine(queued(false));
         case strategy::queue_worker: break;
         case strategy::queue_worker_unmap:
@@ -843,11 +855,20 @@ inline row target(std::string what, double value, double limit) {
     return {{"target", std::move(what)}, {"value", value, 3}, {"limit", limit, 3}, {"met", value <= limit ? 1.0 : 0.0, 0}};
 }
 
+/// `t` with its A/A control: the same ratio between two runs of the baseline's own code.
+inline row with_control(row t, double control) {
+    t.push_back({"control", control, 3});
+    return t;
+}
+
 inline void print_targets(const std::vector<row>& targets) {
-    std::printf("\ntargets:\n");
-    for (const auto& t : targets)
-        std::printf("  %-50s %10.3f  <= %8.3f  %s\n", text(t, "target").c_str(), number(&t, "value"), number(&t, "limit"),
+    std::printf("\ntargets (A/A: the same ratio between two runs of the baseline's own code, this run's noise):\n");
+    for (const auto& t : targets) {
+        std::printf("  %-50s %10.3f  <= %8.3f  %-6s", text(t, "target").c_str(), number(&t, "value"), number(&t, "limit"),
                     number(&t, "met") > 0 ? "met" : "MISSED");
+        if (find_field(t, "control") != nullptr) std::printf("  A/A %.3f", number(&t, "control"));
+        std::printf("\n");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------

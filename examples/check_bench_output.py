@@ -14,6 +14,8 @@ import xml.etree.ElementTree as ET
 
 STRATEGIES = ["close-first", "unmap-first", "thread-drop", "queue", "queue+worker", "queue+worker-unmap",
               "queue/2MiB", "queue+worker/2MiB", "queue+worker/nice", "queue+worker/pause", "queue+worker/wall"]
+# Second runs of a baseline (A/A controls): teardown_bench runs them, stutter_demo by default does not.
+CONTROLS = ["unmap-first/again", "thread-drop/again"]
 
 TEARDOWN_FIELDS = [
     "pool_bytes", "pools", "runs",
@@ -51,9 +53,10 @@ def check_numbers(where, row, fields):
               f"{where}: field {name} missing or not a finite non-negative number: {value!r}")
 
 
-def check_strategies(where, rows, fields):
+def check_strategies(where, rows, fields, strategies):
     by_strategy = {r.get("strategy"): r for r in rows}
-    for s in STRATEGIES:
+    check(set(by_strategy) - {"baseline"} == set(strategies), f"{where}: strategies {sorted(by_strategy)}")
+    for s in strategies:
         check(s in by_strategy, f"{where}: strategy {s} missing")
         if s in by_strategy:
             check_numbers(f"{where} {s}", by_strategy[s], fields)
@@ -86,7 +89,7 @@ def check_teardown(data, tool_args):
     for (scenario, size), group in groups.items():
         where = f"{scenario} {size:.0f} B"
         probed = scenario == "burst" and "--no-probe" not in tool_args  # firefox-focus never has the probe
-        check_strategies(where, group, TEARDOWN_FIELDS + (PROBE_FIELDS if probed else []))
+        check_strategies(where, group, TEARDOWN_FIELDS + (PROBE_FIELDS if probed else []), STRATEGIES + CONTROLS)
         if not probed:
             check(all("probe_samples" not in r for r in group), f"{where}: probe figures without the probe")
             continue
@@ -122,10 +125,16 @@ def check_teardown(data, tool_args):
     check(len(data.get("targets", [])) > 0, "no targets section")
     for t in data.get("targets", []):
         check(isinstance(t.get("target"), str) and t.get("met") in (0, 1), f"bad target row {t}")
+        if "control" in t:
+            check_numbers(f"target {t.get('target')}", t, ["control"])
+    controlled = [t["target"] for t in data.get("targets", []) if "control" in t]
+    check("cpu queue / unmap-first" in controlled, f"no A/A control beside the CPU target: {controlled}")
+    if "--no-probe" not in tool_args:
+        check("probe p99.9 queue / unmap-first" in controlled, f"no A/A control beside the probe target: {controlled}")
 
 
 def check_stutter(data, svg_path):
-    check_strategies("stutter", data["rows"], STUTTER_FIELDS)
+    check_strategies("stutter", data["rows"], STUTTER_FIELDS, STRATEGIES)
     root = ET.parse(svg_path).getroot()
     titles = [t for t in root.iter("{http://www.w3.org/2000/svg}text") if t.get("font-weight") == "bold"]
     check(len(titles) == len(STRATEGIES), f"SVG has {len(titles)} panels, expected {len(STRATEGIES)}")

@@ -19,7 +19,9 @@
 // handed whole to one dropping thread: Smithay), queue (drain a budget per frame), queue+worker
 // (close_on_worker), queue+worker-unmap (unmap_on_worker), and beside them queue/2MiB and
 // queue+worker/2MiB (fixed 2 MiB steps), queue+worker/nice (low_priority_closes), queue+worker/pause
-// (drain_pause) and queue+worker/wall (the model learning from wall time).
+// (drain_pause) and queue+worker/wall (the model learning from wall time). unmap-first/again and
+// thread-drop/again run those two once more in the same rotation: each target that is a ratio against
+// one of them prints the same ratio between its two runs (A/A), the noise this run puts on it.
 //
 // Usage: teardown_bench [--quick] [--sizes 1M,20736000,...] [--burst-bytes B] [--rounds N] [--hz N]
 //                       [--budget-us N] [--max-step-us N] [--max-step-deviations X]
@@ -888,16 +890,20 @@ std::size_t target_pool_bytes(const settings& cfg) {
 std::vector<row> targets(const std::vector<row>& rows, const row& overhead, const settings& cfg) {
     const std::size_t bytes = target_pool_bytes(cfg);
     const auto at = [&](std::string_view s) { return find_row(rows, bytes, s); };
+    const auto ratio = [&](std::string_view a, std::string_view b, std::string_view field) { return number(at(a), field) / number(at(b), field); };
+    // A target against unmap-first or thread-drop, with that baseline's A/A control beside it.
+    const auto against = [&](std::string what, std::string_view s, std::string_view baseline, std::string_view field, double limit) {
+        return with_control(target(std::move(what), ratio(s, baseline, field), limit), ratio(std::string(baseline) + "/again", baseline, field));
+    };
     const double budget_ms = to_ms(cfg.budget());
     std::vector<row> out;
     out.push_back(target("munmap p50 unmap-first / close-first", number(at("unmap-first"), "munmap_p50_us") / number(at("close-first"), "munmap_p50_us"), 0.4));
     out.push_back(target("munmap cpu p50 unmap-first / close-first", number(at("unmap-first"), "munmap_cpu_p50_us") / number(at("close-first"), "munmap_cpu_p50_us"), 0.4));
-    out.push_back(target("cpu queue / unmap-first", number(at("queue"), "cpu_per_pool_us") / number(at("unmap-first"), "cpu_per_pool_us"), 1.10));
+    out.push_back(against("cpu queue / unmap-first", "queue", "unmap-first", "cpu_per_pool_us", 1.10));
     // The same less what its frames cost with nothing to tear down: the queue runs more frames before
     // memory is back than unmap-first's one, and each vblank wake-up costs CPU that a compositor whose
     // screen changes spends anyway (an idle one wakes for the idle timer's drains instead).
-    out.push_back(target("teardown cpu queue / unmap-first",
-                         number(at("queue"), "teardown_cpu_per_pool_us") / number(at("unmap-first"), "teardown_cpu_per_pool_us"), 1.10));
+    out.push_back(against("teardown cpu queue / unmap-first", "queue", "unmap-first", "teardown_cpu_per_pool_us", 1.10));
     out.push_back(target("cpu queue / queue/2MiB", number(at("queue"), "cpu_per_pool_us") / number(at("queue/2MiB"), "cpu_per_pool_us"), 1.0));
     out.push_back(target("cpu queue+worker / queue+worker/2MiB",
                          number(at("queue+worker"), "cpu_per_pool_us") / number(at("queue+worker/2MiB"), "cpu_per_pool_us"), 1.0));
@@ -916,13 +922,11 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
     for (const char* off_thread : {"thread-drop", "queue+worker-unmap"})
         out.push_back(target(std::string(off_thread) + " frame-thread ms per burst", number(at(off_thread), "frame_ms_per_run"), 0.1));
     if (!cfg.no_probe) {
-        out.push_back(target("probe p99.9 queue / unmap-first", number(at("queue"), "probe_p999_us") / number(at("unmap-first"), "probe_p999_us"), 1.0));
+        out.push_back(against("probe p99.9 queue / unmap-first", "queue", "unmap-first", "probe_p999_us", 1.0));
         for (const char* q : {"queue+worker", "queue+worker/nice", "queue+worker/pause", "queue+worker-unmap"})
-            out.push_back(target(std::string("probe mmap max ") + q + " / thread-drop",
-                                 number(at(q), "probe_mmap_max_us") / number(at("thread-drop"), "probe_mmap_max_us"), 1.0 / 3));
+            out.push_back(against(std::string("probe mmap max ") + q + " / thread-drop", q, "thread-drop", "probe_mmap_max_us", 1.0 / 3));
         for (const char* q : {"queue+worker", "queue+worker/nice", "queue+worker/pause"})
-            out.push_back(target(std::string("same, net of run-queue wait, ") + q,
-                                 number(at(q), "probe_mmap_net_max_us") / number(at("thread-drop"), "probe_mmap_net_max_us"), 1.0 / 3));
+            out.push_back(against(std::string("same, net of run-queue wait, ") + q, q, "thread-drop", "probe_mmap_net_max_us", 1.0 / 3));
         out.push_back(target("probe p99.9 queue / queue/2MiB", number(at("queue"), "probe_p999_us") / number(at("queue/2MiB"), "probe_p999_us"), 1.0));
     }
     return out;
