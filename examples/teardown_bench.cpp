@@ -1,8 +1,8 @@
 // teardown_bench: what each way of tearing down wl_shm pools costs, measured side by side.
 //
 // For each pool size, rounds of bursts: a batch of real memfd pools (client-written, compositor-read,
-// 4 KiB pages) dies at once and each strategy tears it down in turn, the order rotating every round so
-// drift hits all alike. Each strategy runs twice per round: once alone (syscall times, CPU, frame
+// 4 KiB pages) dies at once and each strategy tears it down in turn, the order changing every round so
+// drift, and what one strategy leaves behind for the next, hit all alike. Each strategy runs twice per round: once alone (syscall times, CPU, frame
 // thread time) and once beside a contention probe, a thread doing mmap+touch+munmap in a tight loop
 // (its latency with no teardown is the baseline). --firefox-focus adds a client that drops a ~30 MiB
 // buffer every frame for a second. CPU is the process's, and beside it the same less what as many
@@ -20,7 +20,7 @@
 // (close_on_worker), queue+worker-unmap (unmap_on_worker), and beside them queue/2MiB and
 // queue+worker/2MiB (fixed 2 MiB steps), queue+worker/nice (low_priority_closes), queue+worker/pause
 // (drain_pause) and queue+worker/wall (the model learning from wall time). unmap-first/again and
-// thread-drop/again run those two once more in the same rotation: each target that is a ratio against
+// thread-drop/again run those two once more in the same rounds: each target that is a ratio against
 // one of them prints the same ratio between its two runs (A/A), the noise this run puts on it.
 //
 // Usage: teardown_bench [--quick] [--sizes 1M,20736000,...] [--burst-bytes B] [--rounds N] [--hz N]
@@ -39,6 +39,7 @@
 #include <cstring>
 #include <map>
 #include <new>
+#include <numeric>
 
 // ---- every heap allocation in the process is counted (the overhead bench asserts none) -------------
 
@@ -455,6 +456,19 @@ row baseline_row(const scenario& sc, totals& t) {
 
 // ---- a scenario: all strategies, interleaved over the rounds --------------------------------------
 
+/// Which of `n` ways (or strategies) goes `k`th in `round`: from way `round` on, by a stride coprime
+/// to `n` that changes every round. A fixed cycle would make each way follow the same one in every
+/// round, and meet the machine in the state that one left it in (a worker's closes, a cold cache); a
+/// ratio between two ways, even two runs of the same code, would carry that.
+std::size_t nth_in_round(std::size_t round, std::size_t k, std::size_t n) {
+    std::size_t coprimes = 0;
+    for (std::size_t s = 1; s < n; ++s) coprimes += std::gcd(s, n) == 1 ? 1 : 0;
+    std::size_t stride = 1;
+    for (std::size_t s = 1, seen = 0; coprimes > 0 && s < n; ++s)
+        if (std::gcd(s, n) == 1 && seen++ == round % coprimes) stride = s;
+    return (round + k * stride) % n;
+}
+
 void probe_baseline(contention_probe& probe, totals& t, nanoseconds window) {
     probe.begin();
     std::this_thread::sleep_for(window);
@@ -481,8 +495,8 @@ void warm_up(const scenario& sc, const settings& cfg, nanoseconds idle_frame_cpu
     }
 }
 
-/// Each round runs every strategy alone, then every strategy beside the probe, the order rotating per
-/// round. Probe windows last as long as the slowest strategy of the round took to give memory back.
+/// Each round runs every strategy alone, then every strategy beside the probe, in nth_in_round() order.
+/// Probe windows last as long as the slowest strategy of the round took to give memory back.
 std::vector<row> run_scenario(const scenario& sc, const settings& cfg, nanoseconds idle_frame_cpu, contention_probe* probe) {
     if (!sc.probe) probe = nullptr;
     constexpr std::size_t n = std::size(all_strategies);
@@ -495,7 +509,7 @@ std::vector<row> run_scenario(const scenario& sc, const settings& cfg, nanosecon
     for (std::size_t round = 0; round < sc.rounds; ++round) {
         nanoseconds window{0};
         for (std::size_t k = 0; k < n; ++k) {
-            const std::size_t i = (k + round) % n;  // rotate who goes first
+            const std::size_t i = nth_in_round(round, k, n);
             progress_line(sc, round, all_strategies[i], "");
             const run_result r = run_once(all_strategies[i], sc, cfg, idle_frame_cpu, clean_models[i], nullptr);
             window = std::max(window, r.wall);
@@ -503,7 +517,7 @@ std::vector<row> run_scenario(const scenario& sc, const settings& cfg, nanosecon
         }
         if (!probe) continue;
         for (std::size_t k = 0; k < n; ++k) {
-            const std::size_t i = (k + round) % n;
+            const std::size_t i = nth_in_round(round, k, n);
             progress_line(sc, round, all_strategies[i], " + probe");
             const run_result r = run_once(all_strategies[i], sc, cfg, idle_frame_cpu, probed_models[i], probe, window);
             probed[i].add(r, sc.pools, budget_ms);
@@ -758,7 +772,7 @@ private:
 /// a whole pool, or unmap-first); a frame interval later; a frame later with the caches evicted in
 /// between (a plain queue's close that waits for the next drain while other work runs); and at once
 /// on a thread pinned to another CPU (close_on_worker). The measuring thread stays pinned meanwhile;
-/// the four ways take turns, in an order that rotates so none always follows the same one. Every pool
+/// the four ways take turns in nth_in_round() order. Every pool
 /// is made first: about 2 GiB at the default pool size.
 row measure_close_locality(std::size_t bytes, nanoseconds interval) {
     constexpr std::size_t ways = 4, pools_each = 25;
@@ -770,7 +784,7 @@ row measure_close_locality(std::size_t bytes, nanoseconds interval) {
     cache_evictor evictor;
     pinned_closer closer{there};
     for (std::size_t i = 0; i < pools.size(); ++i) {
-        const std::size_t way = (i + i / ways) % ways;
+        const std::size_t way = nth_in_round(i / ways, i % ways, ways);
         auto parts = pools[i].release();
         const std::span<std::byte> range = parts.map.release();
         if (::munmap(range.data(), range.size()) != 0) die("close locality: munmap");
@@ -832,8 +846,8 @@ mapped_pieces map_pieces(int fd, std::size_t bytes, std::size_t pieces) {
 /// calls on one mapping, each but the last splitting its VMA (a queue's steps, as one drain makes
 /// them); and in `calls` calls each removing a mapping of its own (no split). The differences, per
 /// call after the first, are what a call and a split cost beyond the pages freed: what cutting a
-/// pool into steps adds, with no sleep and no other CPU involved. The ways take turns in a rotating
-/// order; every pool is made first (about 1.2 GiB at the default pool size).
+/// pool into steps adds, with no sleep and no other CPU involved. The ways take turns in
+/// nth_in_round() order; every pool is made first (about 1.2 GiB at the default pool size).
 row measure_call_cost(std::size_t bytes, std::size_t calls) {
     constexpr std::size_t ways = 3, pools_each = 20;
     const affinity_scope affinity;
@@ -841,7 +855,7 @@ row measure_call_cost(std::size_t bytes, std::size_t calls) {
     std::vector<pool> pools = make_pools(ways * pools_each, bytes);
     std::vector<double> us[ways];
     for (std::size_t i = 0; i < pools.size(); ++i) {
-        const std::size_t way = (i + i / ways) % ways;
+        const std::size_t way = nth_in_round(i / ways, i % ways, ways);
         auto parts = pools[i].release();
         const std::span<std::byte> original = parts.map.release();
         const mapped_pieces pieces = map_pieces(parts.fd.get(), original.size(), way == 2 ? calls : 1);
@@ -891,22 +905,22 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
     const std::size_t bytes = target_pool_bytes(cfg);
     const auto at = [&](std::string_view s) { return find_row(rows, bytes, s); };
     const auto ratio = [&](std::string_view a, std::string_view b, std::string_view field) { return number(at(a), field) / number(at(b), field); };
-    // A target against unmap-first or thread-drop, with that baseline's A/A control beside it.
-    const auto against = [&](std::string what, std::string_view s, std::string_view baseline, std::string_view field, double limit) {
-        return with_control(target(std::move(what), ratio(s, baseline, field), limit), ratio(std::string(baseline) + "/again", baseline, field));
+    // One run of a baseline is one draw of the machine's noise; its second run shows how wide that is.
+    const auto against = [&](std::string what, std::string_view s, strategy baseline, std::string_view field, double limit) {
+        const char* base = name(baseline);
+        return with_control(target(std::move(what), ratio(s, base, field), limit), ratio(name(*control_of(baseline)), base, field));
     };
     const double budget_ms = to_ms(cfg.budget());
     std::vector<row> out;
-    out.push_back(target("munmap p50 unmap-first / close-first", number(at("unmap-first"), "munmap_p50_us") / number(at("close-first"), "munmap_p50_us"), 0.4));
-    out.push_back(target("munmap cpu p50 unmap-first / close-first", number(at("unmap-first"), "munmap_cpu_p50_us") / number(at("close-first"), "munmap_cpu_p50_us"), 0.4));
-    out.push_back(against("cpu queue / unmap-first", "queue", "unmap-first", "cpu_per_pool_us", 1.10));
+    out.push_back(target("munmap p50 unmap-first / close-first", ratio("unmap-first", "close-first", "munmap_p50_us"), 0.4));
+    out.push_back(target("munmap cpu p50 unmap-first / close-first", ratio("unmap-first", "close-first", "munmap_cpu_p50_us"), 0.4));
+    out.push_back(against("cpu queue / unmap-first", "queue", strategy::unmap_first, "cpu_per_pool_us", 1.10));
     // The same less what its frames cost with nothing to tear down: the queue runs more frames before
     // memory is back than unmap-first's one, and each vblank wake-up costs CPU that a compositor whose
     // screen changes spends anyway (an idle one wakes for the idle timer's drains instead).
-    out.push_back(against("teardown cpu queue / unmap-first", "queue", "unmap-first", "teardown_cpu_per_pool_us", 1.10));
-    out.push_back(target("cpu queue / queue/2MiB", number(at("queue"), "cpu_per_pool_us") / number(at("queue/2MiB"), "cpu_per_pool_us"), 1.0));
-    out.push_back(target("cpu queue+worker / queue+worker/2MiB",
-                         number(at("queue+worker"), "cpu_per_pool_us") / number(at("queue+worker/2MiB"), "cpu_per_pool_us"), 1.0));
+    out.push_back(against("teardown cpu queue / unmap-first", "queue", strategy::unmap_first, "teardown_cpu_per_pool_us", 1.10));
+    out.push_back(target("cpu queue / queue/2MiB", ratio("queue", "queue/2MiB", "cpu_per_pool_us"), 1.0));
+    out.push_back(target("cpu queue+worker / queue+worker/2MiB", ratio("queue+worker", "queue+worker/2MiB", "cpu_per_pool_us"), 1.0));
     out.push_back(target("queue+worker frame p99 ms", number(at("queue+worker"), "frame_p99_ms"), 1.25 * budget_ms));
     out.push_back(target("queue+worker frame max ms", number(at("queue+worker"), "frame_max_ms"), 2 * budget_ms));
     out.push_back(target("queue+worker frame p99 ms, not preempted", number(at("queue+worker"), "frame_calm_p99_ms"), 1.25 * budget_ms));
@@ -922,12 +936,12 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
     for (const char* off_thread : {"thread-drop", "queue+worker-unmap"})
         out.push_back(target(std::string(off_thread) + " frame-thread ms per burst", number(at(off_thread), "frame_ms_per_run"), 0.1));
     if (!cfg.no_probe) {
-        out.push_back(against("probe p99.9 queue / unmap-first", "queue", "unmap-first", "probe_p999_us", 1.0));
+        out.push_back(against("probe p99.9 queue / unmap-first", "queue", strategy::unmap_first, "probe_p999_us", 1.0));
         for (const char* q : {"queue+worker", "queue+worker/nice", "queue+worker/pause", "queue+worker-unmap"})
-            out.push_back(against(std::string("probe mmap max ") + q + " / thread-drop", q, "thread-drop", "probe_mmap_max_us", 1.0 / 3));
+            out.push_back(against(std::string("probe mmap max ") + q + " / thread-drop", q, strategy::thread_drop, "probe_mmap_max_us", 1.0 / 3));
         for (const char* q : {"queue+worker", "queue+worker/nice", "queue+worker/pause"})
-            out.push_back(against(std::string("same, net of run-queue wait, ") + q, q, "thread-drop", "probe_mmap_net_max_us", 1.0 / 3));
-        out.push_back(target("probe p99.9 queue / queue/2MiB", number(at("queue"), "probe_p999_us") / number(at("queue/2MiB"), "probe_p999_us"), 1.0));
+            out.push_back(against(std::string("same, net of run-queue wait, ") + q, q, strategy::thread_drop, "probe_mmap_net_max_us", 1.0 / 3));
+        out.push_back(target("probe p99.9 queue / queue/2MiB", ratio("queue", "queue/2MiB", "probe_p999_us"), 1.0));
     }
     return out;
 }
@@ -1078,8 +1092,9 @@ int main(int argc, char** argv) {
 //   library overhead (Os calls cost nothing): push 49.9 ns, bookkeeping 40.3 ns per drain step, 0.000
 //   allocations per push+drain; one steady_clock::now() costs 27.5 ns here
 //
-//   targets:
+//   targets (A/A: the same field of the baseline's second run over its first; ...):
 //     munmap p50 unmap-first / close-first                    0.585  <=    0.400  MISSED
+//     cpu queue / unmap-first                                 1.206  <=    1.100  MISSED  A/A 1.051
 //     ...
 //     queue+worker frame max ms, not preempted                1.123  <=    2.000  met
 //     allocations per push+drain                              0.000  <=    0.000  met
