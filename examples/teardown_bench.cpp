@@ -2,13 +2,13 @@
 //
 // For each pool size, rounds of bursts: a batch of real memfd pools (client-written, compositor-read,
 // 4 KiB pages) dies at once and each strategy tears it down in turn, the order changing every round so
-// drift, and what one strategy leaves behind for the next, hit all alike. Each strategy runs twice per round: once alone (syscall times, CPU, frame
-// thread time) and once beside a contention probe, a thread doing mmap+touch+munmap in a tight loop
-// (its latency with no teardown is the baseline). --firefox-focus adds a client that drops a ~30 MiB
-// buffer every frame for a second. CPU is the process's, and beside it the same less what as many
-// frames cost with nothing to tear down (a strategy that takes more frames to give memory back wakes
-// more often; a compositor whose screen changes runs those frames anyway, an idle one wakes for the
-// queue's idle timer instead).
+// that drift, and what one strategy leaves behind for the next, hit all alike. Each strategy runs twice
+// per round: once alone (syscall times, CPU, frame thread time) and once beside a contention probe, a
+// thread doing mmap+touch+munmap in a tight loop (its latency with no teardown is the baseline).
+// --firefox-focus adds a client that drops a ~30 MiB buffer every frame for a second. CPU is the
+// process's, and beside it the same less what as many frames cost with nothing to tear down (a strategy
+// that takes more frames to give memory back wakes more often; a compositor whose screen changes runs
+// those frames anyway, an idle one wakes for the queue's idle timer instead).
 // A microbenchmark measures the queue's own overhead (no syscalls), and 80 more pools of one size are
 // torn down, each with its first call after a frame's sleep and the rest back to back (half of them)
 // or each after such a sleep too (the other half), to show what a call costs with caches gone cold.
@@ -772,8 +772,8 @@ private:
 /// a whole pool, or unmap-first); a frame interval later; a frame later with the caches evicted in
 /// between (a plain queue's close that waits for the next drain while other work runs); and at once
 /// on a thread pinned to another CPU (close_on_worker). The measuring thread stays pinned meanwhile;
-/// the four ways take turns in nth_in_round() order. Every pool
-/// is made first: about 2 GiB at the default pool size.
+/// the four ways take turns in nth_in_round() order. Every pool is made first: about 2 GiB at the
+/// default pool size.
 row measure_close_locality(std::size_t bytes, nanoseconds interval) {
     constexpr std::size_t ways = 4, pools_each = 25;
     const affinity_scope affinity;
