@@ -50,6 +50,7 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -359,30 +360,22 @@ inline constexpr strategy all_strategies[] = {
     strategy::unmap_first_again,  strategy::thread_drop_again,
 };
 
-/// The control that runs `s` once more, for the baselines that have one. A switch with no default:
-/// -Wswitch makes a new strategy say whether it is a baseline with a control.
+/// Each baseline that has a control, and the control that runs it once more.
+inline constexpr std::pair<strategy, strategy> controls[] = {
+    {strategy::unmap_first, strategy::unmap_first_again},
+    {strategy::thread_drop, strategy::thread_drop_again},
+};
+
+/// The control that runs `s` once more, if `s` is a baseline that has one.
 inline constexpr std::optional<strategy> control_of(strategy s) {
-    switch (s) {
-        case strategy::unmap_first: return strategy::unmap_first_again;
-        case strategy::thread_drop: return strategy::thread_drop_again;
-        case strategy::close_first:
-        case strategy::queue:
-        case strategy::queue_worker:
-        case strategy::queue_worker_unmap:
-        case strategy::queue_fixed_steps:
-        case strategy::queue_worker_fixed_steps:
-        case strategy::queue_worker_low_priority:
-        case strategy::queue_worker_pause:
-        case strategy::queue_worker_wall_clock:
-        case strategy::unmap_first_again:
-        case strategy::thread_drop_again: return std::nullopt;
-    }
+    for (const auto& [baseline, control] : controls)
+        if (baseline == s) return control;
     return std::nullopt;
 }
 
 /// A second run of a baseline, there only to show the noise of a ratio against it.
 inline constexpr bool is_control(strategy s) {
-    return std::any_of(std::begin(all_strategies), std::end(all_strategies), [s](strategy b) { return control_of(b) == s; });
+    return std::any_of(std::begin(controls), std::end(controls), [s](const auto& c) { return c.second == s; });
 }
 
 /// The strategies with a queue, hence a cost model to learn; the others are today's compositors.
