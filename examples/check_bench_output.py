@@ -127,13 +127,16 @@ def check_teardown(data, tool_args):
     check_controls(data, tool_args)
 
 
-# Targets read against a baseline (by how their names start), the field each reads, the baseline,
-# and whether only a run with the probe has them.
-CONTROLLED = [("cpu queue / unmap-first", "cpu_per_pool_us", "unmap-first", False),
-              ("teardown cpu queue / unmap-first", "teardown_cpu_per_pool_us", "unmap-first", False),
-              ("probe p99.9 queue / unmap-first", "probe_p999_us", "unmap-first", True),
-              ("probe mmap max ", "probe_mmap_max_us", "thread-drop", True),
-              ("same, net of run-queue wait, ", "probe_mmap_net_max_us", "thread-drop", True)]
+# Targets read against a baseline, the field each reads, the baseline, and whether only a run with
+# the probe has them.
+CONTROLLED = (
+    [("cpu queue / unmap-first", "cpu_per_pool_us", "unmap-first", False),
+     ("teardown cpu queue / unmap-first", "teardown_cpu_per_pool_us", "unmap-first", False),
+     ("probe p99.9 queue / unmap-first", "probe_p999_us", "unmap-first", True)]
+    + [(f"probe mmap max {q} / thread-drop", "probe_mmap_max_us", "thread-drop", True)
+       for q in ("queue+worker", "queue+worker/nice", "queue+worker/pause", "queue+worker-unmap")]
+    + [(f"same, net of run-queue wait, {q}", "probe_mmap_net_max_us", "thread-drop", True)
+       for q in ("queue+worker", "queue+worker/nice", "queue+worker/pause")])
 
 
 def check_controls(data, tool_args):
@@ -142,18 +145,18 @@ def check_controls(data, tool_args):
     bursts = [r for r in data["rows"] if r["scenario"] == "burst"]
     size = 20736000 if any(r["pool_bytes"] == 20736000 for r in bursts) else bursts[0]["pool_bytes"]
     rows = {r["strategy"]: r for r in bursts if r["pool_bytes"] == size}
-    targets = data.get("targets", [])
-    for prefix, field, base, probed in CONTROLLED:
-        matching = [t for t in targets if t["target"].startswith(prefix)]
-        check(bool(matching) != (probed and "--no-probe" in tool_args), f"targets starting {prefix!r}: {len(matching)}")
-        wanted = rows[base + "/again"][field] / rows[base][field] if matching else None
-        for t in matching:
-            got = t.get("control")
-            check(isinstance(got, (int, float)) and math.isclose(got, wanted, rel_tol=1e-6),
-                  f"target {t['target']}: control {got!r}, {base}/again over {base} is {wanted!r}")
-    known = tuple(prefix for prefix, *_ in CONTROLLED)
-    for t in targets:
-        check("control" not in t or t["target"].startswith(known), f"target {t['target']} has a control but no baseline")
+    targets = {t["target"]: t for t in data.get("targets", [])}
+    for name, field, base, probed in CONTROLLED:
+        expected = not (probed and "--no-probe" in tool_args)
+        check((name in targets) == expected, f"target {name!r} {'missing' if expected else 'present without the probe'}")
+        if name not in targets:
+            continue
+        got, again, first = targets[name].get("control"), rows[base + "/again"][field], rows[base][field]
+        check(first > 0 and isinstance(got, (int, float)) and math.isclose(got, again / first, rel_tol=1e-6),
+              f"target {name}: control {got!r}, {base}/again over {base} is {again!r} / {first!r}")
+    known = {name for name, *_ in CONTROLLED}
+    for name, t in targets.items():
+        check("control" not in t or name in known, f"target {name} has a control but no baseline")
 
 
 def check_stutter(data, svg_path):

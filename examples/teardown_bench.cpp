@@ -456,17 +456,18 @@ row baseline_row(const scenario& sc, totals& t) {
 
 // ---- a scenario: all strategies, interleaved over the rounds --------------------------------------
 
-/// Which of `n` ways (or strategies) goes `k`th in `round`: from way `round` on, by a stride coprime
-/// to `n` that changes every round. A fixed cycle would make each way follow the same one in every
-/// round, and meet the machine in the state that one left it in (a worker's closes, a cold cache); a
-/// ratio between two ways, even two runs of the same code, would carry that.
+/// Which of `n` ways (or strategies) goes `k`th in `round`: positions shifted by `round`, then taken by
+/// a stride coprime to `n` that changes every round. A fixed cycle would make each way follow the same
+/// one in every round, and meet the machine in the state that one left it in (a worker's closes, a
+/// cold cache); a ratio between two ways, even two runs of the same code, would carry that. (Shift and
+/// stride apart: `round + k * stride` would keep the last way last in every round when `n` is prime.)
 std::size_t nth_in_round(std::size_t round, std::size_t k, std::size_t n) {
     std::size_t coprimes = 0;
     for (std::size_t s = 1; s < n; ++s) coprimes += std::gcd(s, n) == 1 ? 1 : 0;
     std::size_t stride = 1;
     for (std::size_t s = 1, seen = 0; coprimes > 0 && s < n; ++s)
         if (std::gcd(s, n) == 1 && seen++ == round % coprimes) stride = s;
-    return (round + k * stride) % n;
+    return (k + round) % n * stride % n;
 }
 
 void probe_baseline(contention_probe& probe, totals& t, nanoseconds window) {
@@ -908,7 +909,7 @@ std::vector<row> targets(const std::vector<row>& rows, const row& overhead, cons
     // One run of a baseline is one draw of the machine's noise; its second run shows how wide that is.
     const auto against = [&](std::string what, std::string_view s, strategy baseline, std::string_view field, double limit) {
         const char* base = name(baseline);
-        return with_control(target(std::move(what), ratio(s, base, field), limit), ratio(name(*control_of(baseline)), base, field));
+        return with_control(target(std::move(what), ratio(s, base, field), limit), ratio(name(control_of(baseline).value()), base, field));
     };
     const double budget_ms = to_ms(cfg.budget());
     std::vector<row> out;
