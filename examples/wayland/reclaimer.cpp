@@ -89,7 +89,7 @@ void reclaimer::tear_down_now(du::shm_region&& pool) noexcept {
     auto [fd, view] = pool.release();
     if (mode_ == reclaim_mode::close_first) {
         fd.reset();    // the mapping still pins the inode ...
-        view.reset();  // ... so this munmap frees every page under mmap_lock
+        view.reset();  // ... so this munmap frees every page as it returns, after releasing mmap_lock
     } else {
         view.reset();
         fd.reset();

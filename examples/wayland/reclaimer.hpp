@@ -1,7 +1,7 @@
 // reclaimer.hpp - where shm_compositor sends the pools and pool views clients are done with.
 //
 // One interface over the five ways a compositor can tear a pool down, so the same server can be
-// measured with each: close-first (the fd first, then munmap frees every page under mmap_lock, as
+// measured with each: close-first (the fd first, then munmap frees every page as it returns, as
 // libwayland's own wl_shm and KWin do), unmap-first (the same, in the right order), and three
 // deferred_unmap queues drained from the frame-commit hook. Main thread only.
 #pragma once

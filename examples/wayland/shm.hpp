@@ -1,7 +1,8 @@
 // shm.hpp - shm_compositor's own wl_shm: pools are deferred_unmap::shm_region, dead ones go to a reclaimer.
 //
 // libwayland's wl_display_init_shm closes the client's fd right after mmap, so the final munmap frees
-// every page under mmap_lock and nothing can be deferred. This wl_shm keeps the fd with the mapping:
+// every page as it returns, on the thread that made it: no close() is left to free them on another.
+// This wl_shm keeps the fd with the mapping:
 //   wl_shm.create_pool      maps the fd (PROT_READ, MAP_SHARED) into a shm_region
 //   wl_shm_pool.resize      maps it again and retires the old view (no buffer reads it any more:
 //                           buffers address memory through the pool's current view)
