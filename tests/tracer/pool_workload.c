@@ -1,0 +1,98 @@
+// pool_workload: a process whose shm pools die the two ways compositors tear them down, for the
+// tracer's test (tests/tracer/run_test.py). Makes N memfds of BYTES, maps and writes every page,
+// prints "ready", and on a line from stdin tears them all down:
+//   main    each closed first, then unmapped, on the main thread (libwayland's wl_shm, KWin): the
+//           pages are freed on the main thread, in the task work after each munmap returns
+//   worker  the main thread unmaps them all, then a thread named "pool-closer" closes them (the
+//           library's close_on_worker): the pages are freed on that thread, inside close()
+// After the teardown the main thread waits in poll(), as an event loop would, so the tracer sees
+// the end of its teardown stretch; then it prints "done" and exits 0.
+//
+//   pool_workload N BYTES main|worker
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct pool {
+    int fd;
+    void* data;
+};
+
+struct closer {
+    struct pool* pools;
+    long count;
+};
+
+static void fail(const char* what) {
+    fprintf(stderr, "pool_workload: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+static void make_pools(struct pool* pools, long count, size_t bytes) {
+    for (long i = 0; i < count; ++i) {
+        pools[i].fd = memfd_create("pool_workload", MFD_CLOEXEC);
+        if (pools[i].fd < 0) fail("memfd_create");
+        if (ftruncate(pools[i].fd, (off_t)bytes) != 0) fail("ftruncate");
+        pools[i].data = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pools[i].fd, 0);
+        if (pools[i].data == MAP_FAILED) fail("mmap");
+        memset(pools[i].data, 0x5a, bytes);  // every page in the page cache: the tracer counts folios
+    }
+}
+
+static void* close_all(void* arg) {
+    const struct closer* job = arg;
+    for (long i = 0; i < job->count; ++i)
+        if (close(job->pools[i].fd) != 0) fail("close on the closer thread");
+    return NULL;
+}
+
+static void closed_first(struct pool* pools, long count, size_t bytes) {
+    for (long i = 0; i < count; ++i) {
+        if (close(pools[i].fd) != 0) fail("close");
+        if (munmap(pools[i].data, bytes) != 0) fail("munmap");
+    }
+}
+
+static void closed_on_thread(struct pool* pools, long count, size_t bytes) {
+    for (long i = 0; i < count; ++i)
+        if (munmap(pools[i].data, bytes) != 0) fail("munmap");
+    struct closer job = {pools, count};
+    pthread_t thread;
+    if ((errno = pthread_create(&thread, NULL, close_all, &job)) != 0) fail("pthread_create");
+    pthread_setname_np(thread, "pool-closer");
+    poll(NULL, 0, 100);  // the main thread back in its "event loop" while the closer works
+    if ((errno = pthread_join(thread, NULL)) != 0) fail("pthread_join");
+}
+
+int main(int argc, char** argv) {
+    if (argc != 4 || (strcmp(argv[3], "main") != 0 && strcmp(argv[3], "worker") != 0)) {
+        fprintf(stderr, "usage: pool_workload N BYTES main|worker\n");
+        return 2;
+    }
+    const long count = atol(argv[1]);
+    const size_t bytes = (size_t)atoll(argv[2]);
+    if (count <= 0 || bytes == 0) {
+        fprintf(stderr, "pool_workload: N and BYTES must be positive\n");
+        return 2;
+    }
+    struct pool* pools = calloc((size_t)count, sizeof *pools);
+    if (pools == NULL) fail("calloc");
+    make_pools(pools, count, bytes);
+    printf("ready\n");
+    fflush(stdout);
+    char line[16];
+    if (fgets(line, sizeof line, stdin) == NULL) return 1;  // the test went away: no teardown to see
+    if (strcmp(argv[3], "main") == 0) closed_first(pools, count, bytes);
+    else closed_on_thread(pools, count, bytes);
+    poll(NULL, 0, 300);  // the event loop's wait: ends the main thread's teardown stretch
+    printf("done\n");
+    fflush(stdout);
+    free(pools);
+    return 0;
+}
