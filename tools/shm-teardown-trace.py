@@ -95,7 +95,7 @@ def tmpfs_devices(pid):
 
 
 def tmpfs_mappings(pid):
-    """(address, dev, inode) of the target's mappings of tmpfs files, from /proc/PID/maps: pools it
+    """(address, length, dev, inode) of the target's mappings of tmpfs files, from /proc/PID/maps: pools it
     mapped before the tracer came, so that their munmap is recognised too."""
     devices = tmpfs_devices(pid)
     found = []
@@ -107,7 +107,8 @@ def tmpfs_mappings(pid):
             major, minor = (int(part, 16) for part in fields[3].split(":"))
             dev = kernel_dev(major, minor)
             if dev in devices:
-                found.append((int(fields[0].split("-")[0], 16), dev, int(fields[4])))
+                start, end = (int(part, 16) for part in fields[0].split("-"))
+                found.append((start, end - start, dev, int(fields[4])))
     return found
 
 
@@ -131,8 +132,8 @@ def alive(pid):
 def program_text(pid):
     with open(PROGRAM) as source:
         text = source.read()
-    preload = "".join(f"    @mino[{addr:#x}] = {ino}; @mdev[{addr:#x}] = {dev};\n"
-                      for addr, dev, ino in tmpfs_mappings(pid))
+    preload = "".join(f"    @mino[{addr:#x}] = {ino}; @mdev[{addr:#x}] = {dev}; @mlen[{addr:#x}] = {length};\n"
+                      for addr, length, dev, ino in tmpfs_mappings(pid))
     marker = "    // PRELOAD"
     if marker not in text:
         die(f"{PROGRAM} has no PRELOAD line")

@@ -1,10 +1,13 @@
 // pool_workload: a process whose shm pools die the two ways compositors tear them down, for the
-// tracer's test (tests/tracer/run_test.py). Makes N memfds of BYTES, maps and writes every page,
-// prints "ready", and on a line from stdin tears them all down:
-//   main    each closed first, then unmapped, on the main thread (libwayland's wl_shm, KWin): the
-//           pages are freed on the main thread, in the task work after each munmap returns
-//   worker  the main thread unmaps them all, then a thread named "pool-closer" closes them (the
-//           library's close_on_worker): the pages are freed on that thread, inside close()
+// tracer's test (tests/tracer/run_test.py). Makes N memfds of BYTES with every page written, prints
+// "ready", and on a line from stdin tears them all down:
+//   main    maps each now (so the tracer sees the mmap), then closes it first and unmaps it, on the
+//           main thread (libwayland's wl_shm, KWin): the pages are freed on the main thread, in the
+//           task work after each munmap returns
+//   worker  mapped before "ready" (the tracer learns them from /proc/PID/maps); the main thread
+//           unmaps each in two steps, front half first (as deferred_unmap cuts a munmap), then a
+//           thread named "pool-closer" closes them all (close_on_worker): the pages are freed on
+//           that thread, inside close()
 // After the teardown the main thread waits in poll(), as an event loop would, so the tracer sees
 // the end of its teardown stretch; then it prints "done" and exits 0.
 //
@@ -34,14 +37,19 @@ static void fail(const char* what) {
     exit(1);
 }
 
-static void make_pools(struct pool* pools, long count, size_t bytes) {
+static void map_pool(struct pool* pool, size_t bytes) {
+    pool->data = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pool->fd, 0);
+    if (pool->data == MAP_FAILED) fail("mmap");
+}
+
+static void make_pools(struct pool* pools, long count, size_t bytes, int map_now) {
     for (long i = 0; i < count; ++i) {
         pools[i].fd = memfd_create("pool_workload", MFD_CLOEXEC);
         if (pools[i].fd < 0) fail("memfd_create");
         if (ftruncate(pools[i].fd, (off_t)bytes) != 0) fail("ftruncate");
-        pools[i].data = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pools[i].fd, 0);
-        if (pools[i].data == MAP_FAILED) fail("mmap");
+        map_pool(&pools[i], bytes);
         memset(pools[i].data, 0x5a, bytes);  // every page in the page cache: the tracer counts folios
+        if (!map_now && munmap(pools[i].data, bytes) != 0) fail("munmap");
     }
 }
 
@@ -53,6 +61,7 @@ static void* close_all(void* arg) {
 }
 
 static void closed_first(struct pool* pools, long count, size_t bytes) {
+    for (long i = 0; i < count; ++i) map_pool(&pools[i], bytes);
     for (long i = 0; i < count; ++i) {
         if (close(pools[i].fd) != 0) fail("close");
         if (munmap(pools[i].data, bytes) != 0) fail("munmap");
@@ -60,8 +69,11 @@ static void closed_first(struct pool* pools, long count, size_t bytes) {
 }
 
 static void closed_on_thread(struct pool* pools, long count, size_t bytes) {
-    for (long i = 0; i < count; ++i)
-        if (munmap(pools[i].data, bytes) != 0) fail("munmap");
+    const size_t front = bytes / 2 / 4096 * 4096;
+    for (long i = 0; i < count; ++i) {
+        char* data = pools[i].data;
+        if (munmap(data, front) != 0 || munmap(data + front, bytes - front) != 0) fail("munmap");
+    }
     struct closer job = {pools, count};
     pthread_t thread;
     if ((errno = pthread_create(&thread, NULL, close_all, &job)) != 0) fail("pthread_create");
@@ -83,7 +95,7 @@ int main(int argc, char** argv) {
     }
     struct pool* pools = calloc((size_t)count, sizeof *pools);
     if (pools == NULL) fail("calloc");
-    make_pools(pools, count, bytes);
+    make_pools(pools, count, bytes, strcmp(argv[3], "worker") == 0);
     printf("ready\n");
     fflush(stdout);
     char line[16];
