@@ -5,6 +5,7 @@ summary when it ends (SIGINT, SIGTERM, or the target exiting). tools/README.md h
 
 Called by the tools/shm-teardown-trace wrapper after its checks (root, bpftrace, tracefs)."""
 import argparse
+import ctypes
 import datetime
 import json
 import os
@@ -39,6 +40,7 @@ def parse_args(argv):
                         help="pools smaller than this are counted apart (default 1 MiB)")
     parser.add_argument("--gap-ms", type=float, default=100.0,
                         help="a burst ends after this long without a pool freed (default 100)")
+    parser.add_argument("--raw", metavar="FILE", help="also write bpftrace's event lines to FILE (for checking)")
     args = parser.parse_args(argv)
     if args.min_bytes < 0 or args.gap_ms <= 0:
         parser.error("--min-bytes must be >= 0 and --gap-ms > 0")
@@ -341,7 +343,8 @@ def summary_text(s):
 
 # ---- running bpftrace ----
 
-def start_bpftrace(pid, program_file, stderr_file):
+def start_bpftrace(pid, program, stderr_file):
+    """bpftrace reading the program from its stdin, so no file is left behind if we are killed."""
     # bpftrace 0.17 raises RLIMIT_MEMLOCK itself and complains when it cannot (harmless: kernels
     # since 5.11 charge BPF maps to the memory cgroup instead). Raised here where allowed, to quiet it.
     try:
@@ -349,11 +352,21 @@ def start_bpftrace(pid, program_file, stderr_file):
     except (ValueError, OSError):
         pass
     env = dict(os.environ, BPFTRACE_MAP_KEYS_MAX="65536")  # @mino holds one entry per pool mapping
-    # Its own session: a terminal's Ctrl-C reaches only us, and we pass it on once.
-    return subprocess.Popen(["bpftrace", "-q", "-B", "line", "--no-warnings", program_file,
-                             str(pid), str(os.sysconf("SC_PAGE_SIZE"))],
-                            stdout=subprocess.PIPE, stderr=stderr_file, env=env, text=True, bufsize=1,
-                            start_new_session=True)
+    # Its own session: a terminal's Ctrl-C reaches only us, and we pass it on once. Ended with us if
+    # we are killed, so no bpftrace is left tracing a process nobody reads about.
+    tracer = subprocess.Popen(["bpftrace", "-q", "-B", "line", "--no-warnings", "-",
+                               str(pid), str(os.sysconf("SC_PAGE_SIZE"))],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file, env=env,
+                              text=True, bufsize=1, start_new_session=True, preexec_fn=end_with_parent)
+    tracer.stdin.write(program)
+    tracer.stdin.close()
+    return tracer
+
+
+def end_with_parent():
+    PR_SET_PDEATHSIG = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def read_lines(stream, buffer):
@@ -376,13 +389,12 @@ def run(args):
     stop = {"asked": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(asked=True))
     signal.signal(signal.SIGTERM, lambda *_: stop.update(asked=True))
-    with tempfile.NamedTemporaryFile("w", suffix=".bt") as program, tempfile.TemporaryFile("w+") as errors:
-        program.write(program_text(pid))
-        program.flush()
-        tracer = start_bpftrace(pid, program.name, errors)
+    with tempfile.TemporaryFile("w+") as errors:
+        tracer = start_bpftrace(pid, program_text(pid), errors)
         tracker = Tracker(pid, args.min_bytes, int(args.gap_ms * 1e6))
         started = None
         buffer = [""]
+        raw = open(args.raw, "w") if args.raw else None
         interrupted = False
         while True:
             if (stop["asked"] or (started and not alive(pid))) and not interrupted:
@@ -397,6 +409,8 @@ def run(args):
                 if lines is None:
                     break
                 for line in lines:
+                    if raw:
+                        raw.write(line + "\n")
                     event = parse_line(line)
                     if event is None:
                         continue
@@ -410,6 +424,8 @@ def run(args):
             if burst:
                 emit(burst, burst_text(burst, wall_clock(burst["start_ns"], offset_ns)), args.json)
         status = tracer.wait()
+        if raw:
+            raw.close()
         if started is None:
             errors.seek(0)
             detail = " ".join(line.strip() for line in errors if "RLIMIT_MEMLOCK" not in line and line.strip())

@@ -44,20 +44,25 @@ wait_for() {  # wait_for <seconds> <command...>
     done
 }
 
+no_memfd_mappings() { ! grep -q 'memfd:' "/proc/$1/maps"; }
+
 one_run() {  # one_run <mode> <traced: yes|no> <label>
     local mode=$1 traced=$2 label=$3 socket=trace-$3
     "$bin/shm_compositor" --mode "$mode" --socket "$socket" --json "$out/$label.server.json" >"$out/$label.server.log" 2>&1 &
     compositor_pid=$!
     wait_for 20 test -S "$work/$socket" || { cat "$out/$label.server.log"; echo "shm_compositor did not start"; exit 1; }
     if [ "$traced" = yes ]; then
-        "$tracer" --json "$compositor_pid" >"$out/$label.trace.jsonl" 2>"$out/$label.trace.err" &
+        "$tracer" --json --raw "$out/$label.trace.raw" "$compositor_pid" >"$out/$label.trace.jsonl" 2>"$out/$label.trace.err" &
         tracer_pid=$!
         wait_for 90 grep -q tracing "$out/$label.trace.err" || { cat "$out/$label.trace.err"; echo "the tracer did not start"; exit 1; }
     fi
     local load
     load=$(cut -d' ' -f1-3 /proc/loadavg)
     WAYLAND_DISPLAY=$socket "$bin/stress_client" "${client_args[@]}" --json "$out/$label.client.json" >"$out/$label.client.log"
-    sleep 1  # deferred teardown (queue modes) finishes, and the tracer's gap passes
+    # Deferred teardown (queue modes) takes a second or more on a loaded 2-core machine: wait for
+    # the compositor's last memfd mapping to go, then for the tracer's gap to pass.
+    wait_for 20 no_memfd_mappings "$compositor_pid" || echo "warning: memfd mappings left after 20 s"
+    sleep 0.5
     if [ -n "$tracer_pid" ]; then
         kill -INT "$tracer_pid"
         wait "$tracer_pid"
