@@ -9,7 +9,8 @@
 //           thread named "pool-closer" closes them all (close_on_worker): the pages are freed on
 //           that thread, inside close()
 // After the teardown the main thread waits in poll(), as an event loop would, so the tracer sees
-// the end of its teardown stretch; then it prints "done" and exits 0.
+// the end of its teardown stretch; then it prints "done" with the teardown's wall and CPU time (the
+// process's, every thread: what a tracer attached adds to it) and exits 0.
 //
 //   pool_workload N BYTES main|worker
 #define _GNU_SOURCE
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 struct pool {
@@ -82,6 +84,10 @@ static void closed_on_thread(struct pool* pools, long count, size_t bytes) {
     if ((errno = pthread_join(thread, NULL)) != 0) fail("pthread_join");
 }
 
+static double ms_between(struct timespec from, struct timespec to) {
+    return (double)(to.tv_sec - from.tv_sec) * 1e3 + (double)(to.tv_nsec - from.tv_nsec) / 1e6;
+}
+
 int main(int argc, char** argv) {
     if (argc != 4 || (strcmp(argv[3], "main") != 0 && strcmp(argv[3], "worker") != 0)) {
         fprintf(stderr, "usage: pool_workload N BYTES main|worker\n");
@@ -100,10 +106,15 @@ int main(int argc, char** argv) {
     fflush(stdout);
     char line[16];
     if (fgets(line, sizeof line, stdin) == NULL) return 1;  // the test went away: no teardown to see
+    struct timespec start, end, cpu_start, cpu_end;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_start);
     if (strcmp(argv[3], "main") == 0) closed_first(pools, count, bytes);
     else closed_on_thread(pools, count, bytes);
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_end);
     poll(NULL, 0, 300);  // the event loop's wait: ends the main thread's teardown stretch
-    printf("done\n");
+    printf("done teardown_ms=%.3f cpu_ms=%.3f\n", ms_between(start, end), ms_between(cpu_start, cpu_end));
     fflush(stdout);
     free(pools);
     return 0;

@@ -70,7 +70,9 @@ def run(tracer_path, workload_path, mode, pools, size):
                                   stderr=subprocess.PIPE, text=True)
         started = wait_for(tracer.stderr, "tracing", START_TIMEOUT_S)
         if started is None:
-            raise SystemExit(f"FAIL the tracer did not start within {START_TIMEOUT_S} s")
+            tracer.kill()
+            _, err = tracer.communicate()
+            raise SystemExit(f"FAIL the tracer did not start within {START_TIMEOUT_S} s: {err.strip()}")
         print(started.strip())
         workload.stdin.write("go\n")
         workload.stdin.flush()
