@@ -44,6 +44,7 @@ wait_for() {  # wait_for <seconds> <command...>
     done
 }
 
+monotonic_ns() { python3 -c 'import time; print(time.monotonic_ns())'; }
 no_memfd_mappings() { ! grep -q 'memfd:' "/proc/$1/maps"; }
 
 one_run() {  # one_run <mode> <traced: yes|no> <label>
@@ -58,7 +59,9 @@ one_run() {  # one_run <mode> <traced: yes|no> <label>
     fi
     local load
     load=$(cut -d' ' -f1-3 /proc/loadavg)
+    local client_end
     WAYLAND_DISPLAY=$socket "$bin/stress_client" "${client_args[@]}" --json "$out/$label.client.json" >"$out/$label.client.log"
+    client_end=$(monotonic_ns)
     # Deferred teardown (queue modes) takes a second or more on a loaded 2-core machine: wait for
     # the compositor's last memfd mapping to go, then for the tracer's gap to pass.
     wait_for 20 no_memfd_mappings "$compositor_pid" || echo "warning: memfd mappings left after 20 s"
@@ -75,8 +78,13 @@ one_run() {  # one_run <mode> <traced: yes|no> <label>
         "$(json_field "$out/$label.client.json" gap_max_ms)" \
         "$(awk -v us="$(json_field "$out/$label.server.json" frame_time_max_us)" 'BEGIN { print us / 1000 }')"
     if [ "$traced" = yes ]; then
-        python3 - "$out/$label.trace.jsonl" <<'PY'
+        python3 - "$out/$label.trace.jsonl" "$out/$label.trace.raw" "$client_end" <<'PY'
 import json, sys
+# After the client has gone, shm_compositor drains on its idle timer with 4x the frame budget:
+# the stretches that frames felt are those that ended while the client still drew.
+drawn = [(int(e) - int(s)) / 1e6 for kind, s, e in (l.split() for l in open(sys.argv[2]) if l.startswith("S "))
+         if int(e) <= int(sys.argv[3])]
+print(f"; main longest while the client drew {max(drawn, default=0):.2f} ms ({len(drawn)} stretches)", end="")
 for line in open(sys.argv[1]):
     r = json.loads(line)
     if r["type"] == "burst":
