@@ -247,10 +247,19 @@ class Tracker:
         pools = pools_of(runs)
         keys = set(pools)
         frees = {(r["tid"], r["seq"]) for r in runs if r["ctx"] != 0}
-        mine = [s for s in self.syscalls if s["key"] in keys or (s["tid"], s["seq"]) in frees]
-        self.syscalls = [s for s in self.syscalls
-                         if not (s["key"] in keys or (s["tid"], s["seq"]) in frees)
-                         and now - s["enter"] < SYSCALL_KEEP_NS]
+        first_free = min(p["first"] for p in pools.values())
+
+        def freed_in(call):
+            return (call["tid"], call["seq"]) in frees
+
+        def of_pool(call):
+            return call["key"] in keys
+        # A munmap/close of a pool long before its pages went (libwayland closes the fd right after
+        # mmap) is no part of the teardown: only those within the gap before the first freed folio.
+        mine = [c for c in self.syscalls
+                if freed_in(c) or (of_pool(c) and c["enter"] >= first_free - self.gap_ns)]
+        self.syscalls = [c for c in self.syscalls
+                         if not (freed_in(c) or of_pool(c)) and now - c["enter"] < SYSCALL_KEEP_NS]
         start = min([p["first"] for p in pools.values()] + [s["enter"] for s in mine])
         end = max([p["last"] for p in pools.values()] + [s["enter"] + s["dur"] for s in mine])
         stretches = self._stretches_in(start, end, now)
