@@ -472,7 +472,7 @@ TEST_CASE("queue: where munmap cost varies from call to call, steps leave room i
 TEST_CASE("queue: a pool a little longer than two steps goes in three even steps, not two and a sliver") {
     scripted_costs();  // 50 us per MiB: ~4 MiB fit in max_step 200 us
     const std::size_t page = du::detail::page_size();
-    const std::size_t fit = du::detail::step_bytes(exact_model(), 200us, page, du::reclaim_options{}.max_step_deviations);
+    const std::size_t fit = du::detail::step_bytes(1us, unmap_rate, 200us, page);
     const std::size_t length = 2 * fit + 4 * page;
     scripted_queue q{inline_mode({.max_step = 200us, .prior = exact_model()})};
     q.push(dt::make_region(length));
@@ -515,13 +515,11 @@ TEST_CASE("queue: even steps are whole pages, within a page of each other, as fe
 
 TEST_CASE("queue: a step is never shorter than one page, however slow the model") {
     const std::size_t page = du::detail::page_size();
-    CHECK(du::detail::step_bytes(unmap_model(1e6), 200us, page, 2.0) == page);
-    du::cost_model heavy = exact_model();
-    heavy.call_overhead = 1ms;  // the overhead alone exceeds max_step
-    CHECK(du::detail::step_bytes(heavy, 200us, page, 2.0) == page);
+    CHECK(du::detail::step_bytes(unmap_model(1e6).call_overhead, 1e6, 200us, page) == page);
+    CHECK(du::detail::step_bytes(1ms, unmap_rate, 200us, page) == page);  // the overhead alone exceeds max_step
     // A zero rate: any length fits, so the cap (unmap_chunk_bytes, what is left) decides.
-    CHECK(du::detail::step_bytes(unmap_model(0.0), 200us, page, 2.0) % page == 0);
-    CHECK(du::detail::step_bytes(unmap_model(0.0), 200us, page, 2.0) >= (std::size_t{1} << 40));
+    CHECK(du::detail::step_bytes(1us, 0.0, 200us, page) % page == 0);
+    CHECK(du::detail::step_bytes(1us, 0.0, 200us, page) >= (std::size_t{1} << 40));
 }
 
 TEST_CASE("options: a max_step that is not positive is refused") {

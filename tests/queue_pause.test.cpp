@@ -147,7 +147,7 @@ TEST_CASE("drain_pause: a sleep that runs long ends the drain instead of a step 
 namespace {
 
 // Whole pages of a munmap step the exact model predicts fits max_step 200 us.
-std::size_t exact_step() { return du::detail::step_bytes(exact_model(), 200us, du::detail::page_size(), du::reclaim_options{}.max_step_deviations); }
+std::size_t exact_step() { return du::detail::step_bytes(1us, unmap_rate, 200us, du::detail::page_size()); }
 
 }  // namespace
 

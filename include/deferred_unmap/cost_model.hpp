@@ -57,6 +57,14 @@ struct cost_model {
     }
     void learn_close(std::size_t bytes, std::chrono::nanoseconds took) noexcept { learn(close_ns_per_byte, nullptr, bytes, took); }
 
+    /// The per-byte rate one munmap or close of `bytes` that took `took` showed, net of call_overhead;
+    /// -1 for a step too small to say (under 64 KiB, where the call overhead dominates). O(1).
+    [[nodiscard]] double observed_rate(std::size_t bytes, std::chrono::nanoseconds took) const noexcept {
+        if (bytes < min_learn_bytes) return -1.0;
+        const auto freeing = std::max(took - call_overhead, std::chrono::nanoseconds{0});
+        return static_cast<double>(freeing.count()) / static_cast<double>(bytes);
+    }
+
 private:
     /// Steps smaller than this are dominated by call overhead and say little about the rate.
     static constexpr std::size_t min_learn_bytes = std::size_t{64} * 1024;
@@ -81,9 +89,8 @@ private:
     // new speed, every miss the same way, and counted as spread they would make steps timid for a
     // dozen steps after the rate has arrived.
     void learn(double& rate, double* deviation, std::size_t bytes, std::chrono::nanoseconds took) const noexcept {
-        if (bytes < min_learn_bytes) return;
-        const auto freeing = std::max(took - call_overhead, std::chrono::nanoseconds{0});
-        const double observed = static_cast<double>(freeing.count()) / static_cast<double>(bytes);
+        const double observed = observed_rate(bytes, took);
+        if (observed < 0.0) return;
         const double ceiling = std::max(rate, min_rate) * max_jump;
         const double clamped = std::clamp(observed, rate / max_jump, ceiling);
         if (deviation != nullptr && clamped == observed) *deviation += learn_weight * (std::abs(observed - rate) - *deviation);

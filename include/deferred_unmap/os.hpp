@@ -10,9 +10,10 @@
 //     static int close(int fd) noexcept;                      // 0 or an errno value; never retried
 //   };
 //
-// Two more are optional: thread_cpu_time() (the model learns from CPU time, not wall time) and
+// Three more are optional: thread_cpu_time() (the model learns from CPU time, not wall time),
+// allocated_bytes() (a descriptor pushed without a size gets one before its close is predicted) and
 // pause() (a drain sleeps drain_pause between munmap steps). `posix_os` is the real one: mmap(2),
-// munmap(2), close(2), clock_gettime(2), clock_nanosleep(2).
+// munmap(2), close(2), clock_gettime(2), fstat(2), clock_nanosleep(2).
 #pragma once
 
 #include <cerrno>
@@ -23,6 +24,7 @@
 #include <ctime>
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -59,6 +61,13 @@ struct posix_os {
         if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return std::chrono::nanoseconds{-1};
         return std::chrono::seconds{ts.tv_sec} + std::chrono::nanoseconds{ts.tv_nsec};
     }
+    /// Bytes the file behind `fd` holds in memory (fstat's st_blocks * 512: for a memfd, the pages a
+    /// close of its last reference frees), or -1 when fstat fails (EBADF: not open). Cost: one fstat.
+    static std::int64_t allocated_bytes(int fd) noexcept {
+        struct stat st {};
+        if (::fstat(fd, &st) != 0) return -1;
+        return static_cast<std::int64_t>(st.st_blocks) * 512;
+    }
     /// Sleeps about `d` (clock_nanosleep on CLOCK_MONOTONIC; the kernel may add the thread's timer
     /// slack, 50 us by default). A signal cuts it short and it is not resumed: the caller reads its
     /// clock after. Cost: one syscall; no allocation.
@@ -85,6 +94,13 @@ concept has_thread_cpu_time = requires {
     { Os::thread_cpu_time() } noexcept -> std::same_as<std::chrono::nanoseconds>;
 };
 
+/// An Os policy that can also say what a descriptor's close may free (optional: without it, a close
+/// pushed with no size is predicted to fit no deadline).
+template <class Os>
+concept has_allocated_bytes = requires(int fd) {
+    { Os::allocated_bytes(fd) } noexcept -> std::same_as<std::int64_t>;
+};
+
 /// An Os policy that can also sleep (optional: without it, reclaim_options::drain_pause is ignored).
 template <class Os>
 concept has_pause = requires(std::chrono::nanoseconds d) {
@@ -94,6 +110,7 @@ concept has_pause = requires(std::chrono::nanoseconds d) {
 static_assert(os_policy<posix_os>, "posix_os must model os_policy");
 static_assert(has_thread_cpu_time<posix_os>, "posix_os reads the thread's CPU clock");
 static_assert(has_pause<posix_os>, "posix_os can sleep between steps");
+static_assert(has_allocated_bytes<posix_os>, "posix_os sizes a descriptor's close");
 
 namespace detail {
 

@@ -22,6 +22,9 @@
 
 namespace deferred_unmap {
 
+/// The longest reclaim_options::worker_pause a queue accepts: 10 ms, more than a frame at 100 Hz.
+inline constexpr std::chrono::nanoseconds max_worker_pause = std::chrono::milliseconds{10};
+
 struct reclaim_options {
     /// Largest munmap per step, rounded up to whole pages: a cap for when the model is wrong, since
     /// max_step sizes the steps. 64 MiB lets a fast machine unmap a 19.8 MiB pool in one step; each
@@ -42,6 +45,13 @@ struct reclaim_options {
     double max_step_deviations = 2.0;
     /// Hard cap on mapped bytes waiting; a push beyond it reclaims the oldest at once until it fits.
     std::size_t max_pending_bytes = std::numeric_limits<std::size_t>::max();
+    /// Hard cap on items waiting for the queue's own steps (closes handed to the worker not counted: it
+    /// makes them as they come); a push beyond it reclaims the oldest at once, as max_pending_bytes does
+    /// (with close_on_worker the pushing thread makes their munmaps and the worker their closes). Each
+    /// waiting item holds a mapping and maybe a descriptor: a client churning small pools must not take
+    /// the process to vm.max_map_count (65,530 by default) or RLIMIT_NOFILE. 16,384 is a quarter of
+    /// the former; a host that keeps pool descriptors and runs near the latter sets it lower. Must be > 0.
+    std::size_t max_pending_items = 16384;
     /// How long work may wait without a drain; see next_deadline(). A negative value counts as zero.
     std::chrono::nanoseconds max_delay = std::chrono::milliseconds{100};
     /// A worker thread makes the close() calls after drain has unmapped; drain's budget covers munmap
@@ -59,7 +69,8 @@ struct reclaim_options {
     /// unmap_on_worker: a worker preempted while it holds mmap_lock would stall every mmap and page
     /// fault of the process behind it, so the unmapping worker keeps the creating thread's priority.
     bool low_priority_closes = false;
-    /// Gap the worker leaves between munmap chunks, so a waiting mmap() gets the lock.
+    /// Gap the worker leaves between munmap chunks, so a waiting mmap() gets the lock. From 0 to
+    /// max_worker_pause: a waiter needs microseconds, and a longer gap only leaves memory mapped longer.
     std::chrono::nanoseconds worker_pause = std::chrono::microseconds{100};
     /// Where the cost model starts. Must be valid(): finite, non-negative.
     cost_model prior{};
@@ -85,15 +96,21 @@ namespace detail {
 inline bool valid_max_step(std::chrono::nanoseconds step) noexcept { return step > std::chrono::nanoseconds::zero(); }
 inline bool valid_step_deviations(double k) noexcept { return std::isfinite(k) && k >= 0.0; }
 inline bool valid_drain_pause(std::chrono::nanoseconds pause) noexcept { return pause >= std::chrono::nanoseconds::zero(); }
+inline bool valid_worker_pause(std::chrono::nanoseconds pause) noexcept {
+    return pause >= std::chrono::nanoseconds::zero() && pause <= max_worker_pause;
+}
+inline bool valid_max_pending_items(std::size_t items) noexcept { return items > 0; }
 }  // namespace detail
 
 /// Empty when a queue accepts `options`; std::errc::invalid_argument when the prior is not valid()
 /// (negative, NaN or infinite), max_step is not positive, max_step_deviations is negative, NaN or
-/// infinite, or drain_pause is negative. O(1), no allocation.
+/// infinite, drain_pause is negative, worker_pause lies outside 0..max_worker_pause, or
+/// max_pending_items is 0. O(1), no allocation.
 [[nodiscard]] inline std::error_code validate(const reclaim_options& options) noexcept {
     const bool valid = options.prior.valid() && detail::valid_max_step(options.max_step) &&
                        detail::valid_step_deviations(options.max_step_deviations) &&
-                       detail::valid_drain_pause(options.drain_pause);
+                       detail::valid_drain_pause(options.drain_pause) && detail::valid_worker_pause(options.worker_pause) &&
+                       detail::valid_max_pending_items(options.max_pending_items);
     return valid ? std::error_code{} : std::make_error_code(std::errc::invalid_argument);
 }
 

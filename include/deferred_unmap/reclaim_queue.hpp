@@ -54,6 +54,7 @@
 
 #include "cost_model.hpp"
 #include "detail/backlog.hpp"
+#include "detail/fork_guard.hpp"
 #include "detail/step_engine.hpp"
 #include "detail/worker.hpp"
 #include "mapping.hpp"
@@ -66,7 +67,7 @@
 namespace deferred_unmap {
 
 template <class Clock = std::chrono::steady_clock, class Os = posix_os>
-class basic_reclaim_queue {
+class basic_reclaim_queue final : detail::fork_participant {
     static_assert(std::chrono::is_clock_v<Clock>, "basic_reclaim_queue<Clock, Os>: Clock must be a std::chrono clock");
     static_assert(os_policy<Os>, "basic_reclaim_queue<Clock, Os>: Os must provide static noexcept map/unmap/close");
 
@@ -77,15 +78,17 @@ public:
     using mapping_type = basic_mapping<Os>;
     using shm_region_type = basic_shm_region<Os>;
 
-    /// Reserves options.initial_capacity items and starts the worker if asked. Throws std::system_error
-    /// (EINVAL: validate(options) refused them; or no thread, no pipe) or std::bad_alloc. Without
-    /// exceptions, each field validate() refuses takes its default: check validate() first.
+    /// Reserves options.initial_capacity items and starts the worker if asked. A worker that cannot be
+    /// started (no thread, no pipe) leaves a queue that tears down inline, with the errno in
+    /// stats().worker_error. Throws std::system_error (EINVAL: validate(options) refused them) or
+    /// std::bad_alloc. Without exceptions, each field validate() refuses takes its default: check
+    /// validate() first.
     explicit basic_reclaim_queue(reclaim_options options = {})
         : options_(checked(std::move(options))),
           books_(options_.max_delay, options_.prior),
           engine_(books_, options_, chunk_size(options_.unmap_chunk_bytes)),
           worker_(books_, engine_, options_) {
-        if (hands_off_closes()) {
+        if (options_.close_on_worker && !options_.unmap_on_worker) {  // worker_.hand_off() refuses when it is not running
             hand_off_ = [this](int fd, std::size_t bytes) { return worker_.hand_off(fd, bytes); };
             // A run with no budget (flush, a push over the cap) that cannot hand a close off makes it
             // itself, but only once the worker has made the older ones. The wait is safe under the
@@ -98,14 +101,18 @@ public:
             };
         }
         if (!books_.reserve(options_.initial_capacity)) throw_bad_alloc();
-        if (uses_worker()) worker_.start();
+        if (options_.close_on_worker || options_.unmap_on_worker) books_.note_worker_error(worker_.start());
+        detail::fork_registry::enroll(*this);
     }
 
     basic_reclaim_queue(const basic_reclaim_queue&) = delete;
     basic_reclaim_queue& operator=(const basic_reclaim_queue&) = delete;
 
     /// Flushes everything, then stops the worker. Never throws. May block for the whole teardown.
-    ~basic_reclaim_queue() { flush(); }
+    ~basic_reclaim_queue() {
+        flush();
+        detail::fork_registry::leave(*this);
+    }
 
     /// Takes the pool: its mapping is unmapped first, its descriptor closed after. O(1) amortised,
     /// no syscall, allocates only when a burst outgrows the ring. Any thread. See max_pending_bytes.
@@ -122,8 +129,13 @@ public:
         enqueue({static_cast<std::byte*>(map.release().data()), length, 0, -1, 0});
     }
 
-    /// Takes a descriptor; `bytes_hint` (the memfd's size, if known) lets drain predict its close.
-    void push(unique_fd_type&& fd, std::size_t bytes_hint = 0) noexcept { enqueue({nullptr, 0, 0, fd.release(), bytes_hint}); }
+    /// Takes a descriptor; `bytes_hint` (what its close frees, if known) lets drain predict the close.
+    /// 0: unknown; a drain that must predict the close (not one that hands it to the worker) asks the
+    /// Os first (posix_os: one fstat), and where it cannot tell, predicts it fits no deadline: then
+    /// only drain()'s first step, a flush or a push over a cap makes it. Same costs as push(region).
+    void push(unique_fd_type&& fd, std::size_t bytes_hint = 0) noexcept {
+        enqueue({nullptr, 0, 0, fd.release(), bytes_hint, bytes_hint > 0});
+    }
 
     /// Runs steps, oldest item first (a close that does not fit waits for the next run, one at most,
     /// while later munmaps go on), while each predicted step fits what is left of `budget`; the first
@@ -155,9 +167,8 @@ public:
     void flush() noexcept {
         drain_report scratch;
         engine_.run_blocking({.hand_off = hands_off_closes(), .site = detail::step_site::flush}, scratch, hand_off_or_wait_);
-        if (!uses_worker()) return;
         if (scratch.fds_handed_off > 0) worker_.wake();
-        worker_.wait_idle();
+        worker_.wait_idle();  // at once without a running worker
     }
 
     /// Mapped bytes still waiting to be unmapped (what max_pending_bytes caps). Any thread; O(1).
@@ -220,6 +231,8 @@ private:
         if (!detail::valid_step_deviations(options.max_step_deviations))
             options.max_step_deviations = defaults.max_step_deviations;
         if (!detail::valid_drain_pause(options.drain_pause)) options.drain_pause = defaults.drain_pause;
+        if (!detail::valid_worker_pause(options.worker_pause)) options.worker_pause = defaults.worker_pause;
+        if (!detail::valid_max_pending_items(options.max_pending_items)) options.max_pending_items = defaults.max_pending_items;
         return options;
     }
 #endif
@@ -244,10 +257,13 @@ private:
         else return std::chrono::nanoseconds::zero();
     }
 
-    [[nodiscard]] bool uses_worker() const noexcept { return options_.close_on_worker || options_.unmap_on_worker; }
+    // The worker runs in this process: it was asked for, could be started, and this is not a fork's child.
+    [[nodiscard]] bool uses_worker() const noexcept { return worker_.running(); }
     // Closes go to the worker one by one only when it makes no other call: with unmap_on_worker it
     // closes each item itself, in its turn, and a close handed to it beside that could overtake one.
-    [[nodiscard]] bool hands_off_closes() const noexcept { return options_.close_on_worker && !options_.unmap_on_worker; }
+    [[nodiscard]] bool hands_off_closes() const noexcept {
+        return options_.close_on_worker && !options_.unmap_on_worker && uses_worker();
+    }
 
     drain_report finish(drain_report report) const noexcept {
         report.pending_bytes = pending_bytes();
@@ -258,7 +274,7 @@ private:
     drain_report run_drain(time_point start, detail::step_limits<Clock> limits) noexcept {
         drain_report report;
         bool did_work = false;
-        if (options_.unmap_on_worker) {
+        if (options_.unmap_on_worker && uses_worker()) {
             did_work = books_.hand_over();
             if (did_work) worker_.wake();
         } else {
@@ -275,7 +291,7 @@ private:
     void enqueue(const item& it) noexcept {
         if (it.addr == nullptr && it.fd < 0) return;
         if (!books_.push(it)) return tear_down_after_the_rest(it);
-        if (pending_bytes() <= options_.max_pending_bytes) return;
+        if (!books_.over_cap(options_.max_pending_bytes, options_.max_pending_items)) return;
         drain_report scratch;
         engine_.run_blocking({.hand_off = hands_off_closes(), .until_under_cap = true, .site = detail::step_site::cap},
                              scratch, hand_off_or_wait_);
@@ -287,6 +303,23 @@ private:
     void tear_down_after_the_rest(const item& it) noexcept {
         flush();
         engine_.tear_down_now(it);
+    }
+
+    // fork(): the step lock, then the books', then the worker's, as every other path takes them.
+    void before_fork() noexcept override DU_NO_THREAD_SAFETY_ANALYSIS {
+        engine_.lock_for_fork();
+        books_.lock_for_fork();
+        worker_.lock_for_fork();
+    }
+    void after_fork_in_parent() noexcept override DU_NO_THREAD_SAFETY_ANALYSIS {
+        worker_.unlock_after_fork();
+        books_.unlock_after_fork();
+        engine_.unlock_after_fork();
+    }
+    void after_fork_in_child() noexcept override {
+        engine_.renew_after_fork();
+        books_.renew_after_fork();
+        worker_.renew_after_fork();
     }
 
     const reclaim_options options_;

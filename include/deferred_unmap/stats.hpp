@@ -139,7 +139,7 @@ struct reclaim_stats {
     std::uint64_t fallback_unmaps = 0;   ///< failed chunks retried as one munmap of the whole rest
     std::uint64_t bytes_leaked = 0;      ///< bytes left mapped because even the fallback failed
     std::uint64_t synchronous_pushes = 0;  ///< pushes torn down at once because the queue could not grow
-    std::uint64_t cap_steps = 0;         ///< steps forced by max_pending_bytes inside push
+    std::uint64_t cap_steps = 0;         ///< steps forced by max_pending_bytes or max_pending_items in push
     std::uint64_t busy_drains = 0;       ///< drains that found the steps held elsewhere for their budget
     std::uint64_t bursts = 0;            ///< bursts completed (the queue went from empty to empty)
     burst_report last_burst;             ///< the latest completed burst
@@ -152,6 +152,9 @@ struct reclaim_stats {
     /// from (thread CPU time where the Os has it, else wall): how well steps are sized.
     duration_histogram unmap_prediction_error;
     std::uint64_t unmap_steps_over_max_step = 0;  ///< munmap steps whose time (as above) exceeded max_step
+    /// The errno that kept the worker from starting (EAGAIN: no thread; EMFILE, ENFILE: no pipe), 0
+    /// when it started or none was asked for. Nonzero: the queue tears everything down inline.
+    int worker_error = 0;
 };
 
 }  // namespace deferred_unmap

@@ -159,6 +159,13 @@ public:
         std::lock_guard lock(mutex_);
         return open_.contains(fd);
     }
+    /// What open_fd() said the descriptor holds, or -1 when it is not open (as fstat's EBADF).
+    /// Not recorded as a call, and costs nothing: fstat frees nothing.
+    [[nodiscard]] std::int64_t bytes_of(int fd) const {
+        std::lock_guard lock(mutex_);
+        const auto it = open_.find(fd);
+        return it == open_.end() ? -1 : static_cast<std::int64_t>(it->second);
+    }
     /// Bytes of fake ranges still mapped.
     [[nodiscard]] std::size_t mapped_bytes() const {
         std::lock_guard lock(mutex_);
@@ -304,12 +311,14 @@ struct scripted_os {
     static int unmap(void* addr, std::size_t length) noexcept { return script().do_unmap(addr, length); }
     static int close(int fd) noexcept { return script().do_close(fd); }
     static std::chrono::nanoseconds thread_cpu_time() noexcept { return cpu_clock::now(); }
+    static std::int64_t allocated_bytes(int fd) noexcept { return script().bytes_of(fd); }
     static void pause(std::chrono::nanoseconds d) noexcept { script().do_pause(d); }
 };
 
 static_assert(os_policy<scripted_os>, "scripted_os must model os_policy");
 static_assert(has_thread_cpu_time<scripted_os>, "scripted_os scripts a CPU clock");
 static_assert(has_pause<scripted_os>, "scripted_os scripts sleeps");
+static_assert(has_allocated_bytes<scripted_os>, "scripted_os sizes its descriptors");
 
 using scripted_fd = basic_unique_fd<scripted_os>;
 using scripted_mapping = basic_mapping<scripted_os>;

@@ -258,6 +258,7 @@ private:
         std::size_t unmapped;
         int fd;
         std::size_t close_bytes;
+        double rate = -1.0;  // what this item's own last munmap cost per byte; -1 before one
     };
     struct logged {
         dt::os_call call;
@@ -409,7 +410,8 @@ private:
         dt::scripted_fd fd{dt::script().open_fd(bytes)};
         const auto pick = source_.below(8);
         const std::size_t hint = pick == 0 ? std::numeric_limits<std::size_t>::max() : pick < 4 ? 0 : bytes;  // max: a bogus hint
-        ref_item it{nullptr, 0, 0, fd.get(), hint};
+        // No hint: the queue asks the Os before it predicts or learns the close, and the script says `bytes`.
+        ref_item it{nullptr, 0, 0, fd.get(), hint == 0 ? bytes : hint};
         return push_and_check(it, [&] { queue_->push(std::move(fd), hint); });
     }
 
@@ -720,21 +722,22 @@ private:
     [[nodiscard]] static bool unmapping(const ref_item& it) noexcept { return it.unmapped < it.length; }
     // Closes are handed to the worker one by one (close_on_worker, unless the worker makes every call).
     [[nodiscard]] bool hands_off() const noexcept { return options_.close_on_worker && !options_.unmap_on_worker; }
-    // The reference rule for a step's length, written out apart from the queue's: the chunk capped by
-    // what is left when the model predicts it fits in max_step at its rate max_step_deviations learned
-    // deviations high; otherwise an even share, in whole
-    // pages, of what is left among the fewest steps no longer than the whole pages that fit (at
-    // least one page).
+    // The reference rule for a step's length, written out apart from the queue's. What may fit: an
+    // item's first step, at the cautious rate (the prior's or the model's rate max_step_deviations
+    // learned deviations high, whichever is slower); its later steps, at its own last step's rate as
+    // many deviations high, but at most twice the first. The chunk capped by what is left when that
+    // fits; otherwise an even share, in whole pages, of what is left among the fewest steps no longer
+    // than the whole pages that fit (at least one page).
     [[nodiscard]] std::size_t next_chunk(const ref_item& it) const noexcept {
         const std::size_t page = du::detail::page_size();
         const std::size_t left = it.length - it.unmapped;
         const std::size_t cap = std::min(chunk_, left);
-        const auto room = options_.max_step - model_.call_overhead;
-        const double rate = model_.unmap_ns_per_byte_high(options_.max_step_deviations);
-        if (room > ns{0} && rate <= 0.0) return cap;
-        const double fits = room > ns{0} ? static_cast<double>(room.count()) / rate : 0.0;
-        if (fits >= static_cast<double>(cap)) return cap;
-        const std::size_t fit = std::max(static_cast<std::size_t>(fits) / page, std::size_t{1}) * page;
+        const double k = options_.max_step_deviations;
+        const double cautious = std::max(options_.prior.unmap_ns_per_byte, model_.unmap_ns_per_byte_high(k));
+        const std::size_t first = fit_at(cautious, cap);
+        const std::size_t fit = it.rate < 0.0 ? first
+                                              : std::min(fit_at(it.rate + k * model_.unmap_deviation_ns_per_byte, cap),
+                                                         first >= cap ? cap : 2 * first);
         if (fit >= cap) return cap;
         const std::size_t steps = left / fit + (left % fit != 0 ? 1 : 0);
         const std::size_t share = left / steps + (left % steps != 0 ? 1 : 0);
@@ -751,8 +754,21 @@ private:
         const bool allowed = seen == cap || (seen % page == 0 && seen >= page && seen <= cap);
         return allowed ? seen : next_chunk(it);
     }
+    // Whole pages predicted to fit max_step at `rate`, at least one; `cap` for anything at least as long.
+    [[nodiscard]] std::size_t fit_at(double rate, std::size_t cap) const noexcept {
+        const std::size_t page = du::detail::page_size();
+        const auto room = options_.max_step - model_.call_overhead;
+        if (room > ns{0} && rate <= 0.0) return cap;
+        const double fits = room > ns{0} ? static_cast<double>(room.count()) / rate : 0.0;
+        if (fits >= static_cast<double>(cap)) return cap;
+        return std::min(std::max(static_cast<std::size_t>(fits) / page, std::size_t{1}) * page, cap);
+    }
+    // A munmap at the item's own rate once it has one, else the model's.
     [[nodiscard]] ns predict(const ref_item& it) const noexcept {
-        return unmapping(it) ? model_.predict_unmap(next_chunk(it)) : model_.predict_close(it.close_bytes);
+        if (!unmapping(it)) return model_.predict_close(it.close_bytes);
+        du::cost_model at = model_;
+        if (it.rate >= 0.0) at.unmap_ns_per_byte = it.rate;
+        return at.predict_unmap(next_chunk(it));
     }
     [[nodiscard]] std::size_t pending_bytes_ref() const noexcept {
         std::size_t total = 0;
@@ -850,6 +866,7 @@ private:
                 return fail("expected munmap(" + std::to_string(reinterpret_cast<std::uintptr_t>(at)) + ", " + std::to_string(chunk) + "), got " + describe(l.call));
             if (l.call.result == 0) {
                 model_.learn_unmap(chunk, l.cost);
+                if (const double rate = model_.observed_rate(chunk, l.cost); rate >= 0.0) it.rate = rate;
                 r.unmapped = chunk;
             } else {
                 ++r.errors;

@@ -23,6 +23,7 @@ struct reclaim_item {
     std::size_t unmapped = 0;      // bytes of [addr, addr + length) already unmapped
     int fd = -1;                   // -1 for a bare mapping
     std::size_t close_bytes = 0;   // what the close is predicted to free
+    bool close_bytes_known = true;  // false: a descriptor pushed with no size, not yet asked
 };
 
 enum class step_site { drain, flush, cap, worker };
@@ -75,6 +76,7 @@ public:
         stats_.bytes_pushed += it.length;
         ++burst_.items;
         burst_.bytes += it.length;
+        waiting_items_.fetch_add(1, std::memory_order_relaxed);
         const std::size_t bytes = pending_bytes_.fetch_add(it.length, std::memory_order_relaxed) + it.length;
         const std::size_t items = pending_items_.fetch_add(1, std::memory_order_relaxed) + 1;
         stats_.peak_pending_bytes = std::max(stats_.peak_pending_bytes, bytes);
@@ -100,6 +102,7 @@ public:
     void retire() DU_EXCLUDES(mutex_) {
         lock_guard lock(mutex_);
         --in_flight_;
+        waiting_items_.fetch_sub(1, std::memory_order_relaxed);
     }
 
     /// Books one step; `model` is what the stepping thread learned, published for model().
@@ -128,6 +131,7 @@ public:
         model_ = model;
         if (step.item_done) {
             --in_flight_;
+            waiting_items_.fetch_sub(1, std::memory_order_relaxed);
             complete_locked(when);
         }
     }
@@ -210,6 +214,29 @@ public:
         return model_;
     }
 
+    /// Items that still wait for a step of the queue's own (a drain, a flush, a push over a cap, the
+    /// unmapping worker), not for a close handed to the worker: what max_pending_items caps. O(1).
+    [[nodiscard]] std::size_t waiting_items() const noexcept { return waiting_items_.load(std::memory_order_relaxed); }
+    /// More mapped bytes or more waiting items than the caps allow. O(1), no lock.
+    [[nodiscard]] bool over_cap(std::size_t max_bytes, std::size_t max_items) const noexcept {
+        return pending_bytes() > max_bytes || waiting_items() > max_items;
+    }
+
+    /// Books why the worker could not be started (0: it was, or none was asked for).
+    void note_worker_error(int error) DU_EXCLUDES(mutex_) {
+        lock_guard lock(mutex_);
+        stats_.worker_error = error;
+    }
+
+    // ---- fork(): see fork_guard.hpp.
+    void lock_for_fork() DU_ACQUIRE(mutex_) { mutex_.lock(); }
+    void unlock_after_fork() DU_RELEASE(mutex_) { mutex_.unlock(); }
+    /// In the child: a free lock, and nothing handed over to a worker the child does not have.
+    void renew_after_fork() noexcept {
+        mutex_.renew_after_fork();
+        handed_over_.store(false, std::memory_order_relaxed);
+    }
+
     [[nodiscard]] std::size_t pending_bytes() const noexcept { return pending_bytes_.load(std::memory_order_relaxed); }
     [[nodiscard]] std::size_t pending_items() const noexcept { return pending_items_.load(std::memory_order_relaxed); }
 
@@ -244,6 +271,7 @@ private:
     // Written under mutex_, read without it: the O(1) queries and the worker's wait predicate.
     std::atomic<std::size_t> pending_bytes_{0};
     std::atomic<std::size_t> pending_items_{0};
+    std::atomic<std::size_t> waiting_items_{0};  // items_ and in_flight_ together
     std::atomic<bool> handed_over_{false};
 };
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <limits>
 
@@ -65,20 +66,19 @@ struct step_limits {
     typename Clock::time_point deadline = Clock::time_point::max();  ///< no step predicted to end later starts
     bool first_step_free = false;  ///< drain(budget): the first step runs whatever its prediction
     bool hand_off = false;         ///< closes go to the worker (close_on_worker)
-    bool until_under_cap = false;  ///< a push over max_pending_bytes: stop once under it
+    bool until_under_cap = false;  ///< a push over max_pending_bytes or max_pending_items: stop once under both
     std::chrono::nanoseconds unmap_pause{0};  ///< sleep between two munmap steps (drain_pause)
     step_site site = step_site::drain;
 };
 
-/// Whole pages of munmap that `model` predicts take at most `max_step` at its rate `deviations` learned
-/// deviations high, at least one `page`; saturates at the largest page multiple of size_t for a zero
+/// Whole pages of munmap predicted to take at most `max_step` at `rate` ns per byte after
+/// `call_overhead`, at least one `page`; saturates at the largest page multiple of size_t for a zero
 /// rate. Pure, O(1).
-inline std::size_t step_bytes(const cost_model& model, std::chrono::nanoseconds max_step, std::size_t page,
-                              double deviations) noexcept {
-    const double room = static_cast<double>((max_step - model.call_overhead).count());
+inline std::size_t step_bytes(std::chrono::nanoseconds call_overhead, double rate, std::chrono::nanoseconds max_step,
+                              std::size_t page) noexcept {
+    const double room = static_cast<double>((max_step - call_overhead).count());
     constexpr auto largest = std::numeric_limits<std::size_t>::max();
     if (room <= 0.0) return page;
-    const double rate = model.unmap_ns_per_byte_high(deviations);
     // Compared in double so a tiny rate cannot overflow the conversion back to size_t.
     const double fits = rate > 0.0 ? room / rate : static_cast<double>(largest);
     // Half the range: any size_t that large already covers every mapping, and the cast stays exact.
@@ -150,6 +150,11 @@ public:
         books_.record_immediate(it.length, unmapped, it.fd >= 0, close_errors);
     }
 
+    // ---- fork(): see fork_guard.hpp. Taken first, as every run takes it before the books' lock.
+    void lock_for_fork() DU_ACQUIRE(mutex_) { mutex_.lock(); }
+    void unlock_after_fork() DU_RELEASE(mutex_) { mutex_.unlock(); }
+    void renew_after_fork() noexcept { mutex_.renew_after_fork(); }
+
 private:
     // The one loop: drain, drain_until, flush and the cap all come here.
     void run(const step_limits<Clock>& limits, drain_report& report, const hand_off_fn& hand_off) DU_REQUIRES(mutex_) {
@@ -158,7 +163,7 @@ private:
         aside_due_ = has_aside_;
         bool after_unmap = false;  // survives hand-offs: they take no mmap_lock
         while (load_current()) {
-            if (limits.until_under_cap && books_.pending_bytes() <= options_.max_pending_bytes) break;
+            if (limits.until_under_cap && !books_.over_cap(options_.max_pending_bytes, options_.max_pending_items)) break;
             if (waits_behind_aside()) break;
             if (limits.hand_off && !unmapping() && hand_off && hand_off(target().fd, target().close_bytes)) {
                 ++report.fds_handed_off;
@@ -169,6 +174,7 @@ private:
                 if (now >= limits.deadline) break;  // bare fds pushed without end still stop
                 continue;
             }
+            if (!unmapping()) size_close();
             const bool forced = limits.first_step_free && report.steps == 0;
             const bool pausing = after_unmap && unmapping() && limits.unmap_pause > std::chrono::nanoseconds::zero();
             const std::chrono::nanoseconds room = pausing ? expected_pause_ : std::chrono::nanoseconds{0};
@@ -214,7 +220,22 @@ private:
     bool load_current() DU_REQUIRES(mutex_) {
         if (aside_due_ || in_flight_) return true;
         in_flight_ = books_.pop(current_);
+        item_rate_ = -1.0;
         return in_flight_;
+    }
+
+    // A descriptor pushed with no size gets one from the Os before its close is predicted, so a close
+    // that frees 256 MiB is not taken for a free call; where the Os cannot tell, it stays unknown and
+    // predict_next() says it fits no deadline.
+    void size_close() DU_REQUIRES(mutex_) {
+        reclaim_item& it = target();
+        if (it.close_bytes_known) return;
+        if constexpr (has_allocated_bytes<Os>) {
+            const std::int64_t bytes = Os::allocated_bytes(it.fd);
+            if (bytes < 0) return;
+            it.close_bytes = static_cast<std::size_t>(bytes);
+            it.close_bytes_known = true;
+        }
     }
 
     // The item whose step is next: a close set aside in an earlier run goes before anything of a newer
@@ -259,12 +280,36 @@ private:
     [[nodiscard]] std::size_t next_chunk() const DU_REQUIRES(mutex_) {
         const std::size_t left = target().length - target().unmapped;
         const std::size_t upper = std::min(chunk_bytes_, left);
-        const std::size_t fit = step_bytes(model_, options_.max_step, page_size(), options_.max_step_deviations);
+        const std::size_t fit = fitting_step();
         return fit >= upper ? upper : even_step_bytes(left, fit, page_size());
     }
 
+    // Pools differ: one the compositor read has page tables to zap, one it never read has none, so a
+    // rate learned from other pools says little about this one. A pool's first step is sized at the
+    // cautious rate, the slower of the prior and the learned slow rate, so however many cheap pools
+    // came before, it holds mmap_lock about max_step at most. Its own rate, from that step, sizes the
+    // rest, up to twice the cautious step: a pool read only in part keeps every step under ~2x max_step.
+    [[nodiscard]] std::size_t fitting_step() const DU_REQUIRES(mutex_) {
+        const double deviations = options_.max_step_deviations;
+        const double cautious = std::max(options_.prior.unmap_ns_per_byte, model_.unmap_ns_per_byte_high(deviations));
+        const std::size_t probe = step_bytes(model_.call_overhead, cautious, options_.max_step, page_size());
+        if (item_rate_ < 0.0) return probe;
+        const double own = item_rate_ + deviations * model_.unmap_deviation_ns_per_byte;
+        const std::size_t grown = probe > std::numeric_limits<std::size_t>::max() / max_growth ? probe : probe * max_growth;
+        return std::min(step_bytes(model_.call_overhead, own, options_.max_step, page_size()), grown);
+    }
+
+    // An unknown close (see size_close) is predicted at a day: no deadline fits it.
     [[nodiscard]] std::chrono::nanoseconds predict_next() const DU_REQUIRES(mutex_) {
-        return unmapping() ? model_.predict_unmap(next_chunk()) : model_.predict_close(target().close_bytes);
+        if (!unmapping()) {
+            const reclaim_item& it = target();
+            return it.close_bytes_known ? model_.predict_close(it.close_bytes) : std::chrono::hours{24};
+        }
+        const std::size_t bytes = next_chunk();
+        if (item_rate_ < 0.0) return model_.predict_unmap(bytes);
+        cost_model own = model_;
+        own.unmap_ns_per_byte = item_rate_;
+        return own.predict_unmap(bytes);
     }
 
     // Runs the current item's next step, learns from its time and books it; returns the time after.
@@ -275,7 +320,7 @@ private:
         const std::chrono::nanoseconds cpu_before = cpu_mark_;
         const bool unmap_step = unmapping();
         const std::size_t bytes = unmap_step ? next_chunk() : it.close_bytes;
-        const std::chrono::nanoseconds predicted = unmap_step ? model_.predict_unmap(bytes) : std::chrono::nanoseconds{-1};
+        const std::chrono::nanoseconds predicted = unmap_step ? predict_next() : std::chrono::nanoseconds{-1};
         if (unmap_step) {
             unmap(it.addr + it.unmapped, bytes, it.length - it.unmapped, step);
             it.unmapped += step.advanced;
@@ -296,8 +341,8 @@ private:
         const bool clean = step.unmap_errors == 0 && step.close_errors == 0;
         // A failed chunk's fallback unmapped more than was predicted: a fault, not a sizing miss.
         if (clean && unmap_step) step.unmap_prediction = {predicted, learned, learned > options_.max_step};
-        if (clean && unmap_step) model_.learn_unmap(bytes, learned);
-        if (clean && !unmap_step) model_.learn_close(bytes, learned);
+        if (clean && unmap_step) learn_unmap(bytes, learned);
+        if (clean && !unmap_step && it.close_bytes_known) model_.learn_close(bytes, learned);
         step.item_done = !unmapping() && (it.fd < 0 || !unmap_step);
         if (step.item_done) let_go();
         ++report.steps;
@@ -306,6 +351,12 @@ private:
         report.errors += step.unmap_errors + step.close_errors;
         books_.record_step(step, model_, after);
         return after;
+    }
+
+    // The model learns as before; the item keeps its own step's rate whole, for its next steps.
+    void learn_unmap(std::size_t bytes, std::chrono::nanoseconds took) DU_REQUIRES(mutex_) {
+        model_.learn_unmap(bytes, took);
+        if (const double rate = model_.observed_rate(bytes, took); rate >= 0.0) item_rate_ = rate;
     }
 
     // The calling thread's CPU time, or -1 ns when the Os has no such clock (or could not read it).
@@ -346,6 +397,10 @@ private:
     bool has_aside_ DU_GUARDED_BY(mutex_) = false;
     bool aside_due_ DU_GUARDED_BY(mutex_) = false;  // the aside close is this run's next step
     cost_model model_ DU_GUARDED_BY(mutex_);
+    /// What the current item's own last munmap step cost per byte; -1 before it has one (see fitting_step).
+    double item_rate_ DU_GUARDED_BY(mutex_) = -1.0;
+    /// How far a pool's own rate may grow its steps past the cautious first one.
+    static constexpr std::size_t max_growth = 2;
     /// The thread CPU clock where the next step starts: read once per step, since on Linux each read
     /// is a system call (~0.6 us on a VM), like `now` for the wall clock.
     std::chrono::nanoseconds cpu_mark_ DU_GUARDED_BY(mutex_){-1};

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <new>
 
 #if defined(__clang__)
 #define DU_THREAD_ANNOTATION(x) __attribute__((x))
@@ -32,6 +33,9 @@ class DU_CAPABILITY("mutex") mutex {
 public:
     void lock() DU_ACQUIRE() { m_.lock(); }
     void unlock() DU_RELEASE() { m_.unlock(); }
+    /// In the child of a fork(), whose only thread is the one that forked: an unlocked mutex, whatever
+    /// the parent's threads held. The old one is not destroyed (nothing of it is left to release).
+    void renew_after_fork() DU_NO_THREAD_SAFETY_ANALYSIS { new (&m_) std::mutex; }
 
 private:
     std::mutex m_;
@@ -61,6 +65,12 @@ public:
             return false;
         held_ = true;
         return true;
+    }
+    /// As mutex::renew_after_fork(): free, with no waiter, in the child of a fork().
+    void renew_after_fork() DU_NO_THREAD_SAFETY_ANALYSIS {
+        new (&m_) std::mutex;
+        new (&free_) std::condition_variable;
+        held_ = false;
     }
 
 private:

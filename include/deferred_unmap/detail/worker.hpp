@@ -1,8 +1,10 @@
 // deferred_unmap/detail/worker.hpp - the queue's worker thread: closes handed to it, or every step.
 //
-// Started by library_thread (async signals blocked, named du-reclaim). It tells the host when it has
-// run out of work through a descriptor that becomes readable, which fits wl_event_loop_add_fd,
-// QSocketNotifier and g_unix_fd_add, and through a wait with a timeout.
+// Started by library_thread (async signals blocked, SCHED_OTHER, named du-reclaim). It tells the host
+// when it has run out of work through a descriptor that becomes readable, which fits
+// wl_event_loop_add_fd, QSocketNotifier and g_unix_fd_add, and through a wait with a timeout. Where it
+// cannot be started, and in the child of a fork(), running() is false: the queue then tears everything
+// down inline.
 #pragma once
 
 #include <fcntl.h>
@@ -13,9 +15,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
-#include <stop_token>
-#include <system_error>
-#include <thread>
+#include <new>
+#include <utility>
 
 #include "../reclaim_options.hpp"
 #include "../unique_fd.hpp"
@@ -37,25 +38,38 @@ public:
     worker& operator=(const worker&) = delete;
     worker(worker&&) = delete;
     worker& operator=(worker&&) = delete;
-    ~worker() = default;
+    ~worker() { stop(); }
 
-    /// Reserves the close ring, opens the done descriptor, starts the thread. Throws std::bad_alloc or
-    /// std::system_error; without exceptions a failure leaves done_fd() at -1 or no room reserved.
-    void start() DU_EXCLUDES(mutex_) {
+    /// Reserves the close ring (best effort: it grows on demand), opens the done descriptor, starts the
+    /// thread. 0, or the errno that kept the worker from starting (EMFILE or ENFILE: no pipe; EAGAIN: no
+    /// thread); then nothing runs, running() stays false and the queue tears down inline. Never throws.
+    [[nodiscard]] int start() noexcept DU_EXCLUDES(mutex_) {
         {
             lock_guard lock(mutex_);
-            if (!closes_.reserve(options_.initial_capacity)) throw_bad_alloc();
+            (void)closes_.reserve(options_.initial_capacity);
         }
         std::array<int, 2> ends{-1, -1};
-        if (::pipe2(ends.data(), O_CLOEXEC | O_NONBLOCK) != 0) throw_system_error(errno, "pipe2");
+        if (::pipe2(ends.data(), O_CLOEXEC | O_NONBLOCK) != 0) return errno;
         done_read_ = unique_fd{ends[0]};
         done_write_ = unique_fd{ends[1]};
-        thread_ = start_library_thread("du-reclaim", [this](std::stop_token stop) { main(stop); });
+        const auto run = [](void* self) noexcept { static_cast<worker*>(self)->main(); };
+        if (const int error = thread_.start("du-reclaim", run, this); error != 0) {
+            done_read_.reset();
+            done_write_.reset();
+            return error;
+        }
+        running_ = true;
+        return 0;
     }
+
+    /// The thread runs in this process: false before start(), after a failed one, and in the child of
+    /// a fork(). Any thread; changes only in start() and in a fork's child.
+    [[nodiscard]] bool running() const noexcept { return running_; }
 
     /// Takes a close; the caller wakes the worker with wake() once it is done handing off. O(1);
     /// allocates only when the ring is full; false when it cannot grow (the caller closes it itself).
     bool hand_off(int fd, std::size_t bytes) DU_EXCLUDES(mutex_) {
+        if (!running_) return false;
         lock_guard lock(mutex_);
         return closes_.push_back({fd, bytes});
     }
@@ -68,8 +82,10 @@ public:
     /// Waits until the worker holds nothing; cuts its pause between chunks short.
     void wait_idle() DU_EXCLUDES(mutex_) { (void)wait_idle_for(std::chrono::nanoseconds::max()); }
 
-    /// As wait_idle(), for at most `timeout` of real time. True when the worker holds nothing.
+    /// As wait_idle(), for at most `timeout` of real time. True when the worker holds nothing. Without
+    /// a running worker, true at once.
     bool wait_idle_for(std::chrono::nanoseconds timeout) DU_EXCLUDES(mutex_) {
+        if (!running_) return true;
         mutex_.lock();
         ++waiters_;
         cv_.notify_one();
@@ -79,6 +95,39 @@ public:
         --waiters_;
         mutex_.unlock();
         return done;
+    }
+
+    /// Stops the thread once it is idle and waits for it; a queue flushes first. No-op when not running.
+    void stop() noexcept DU_EXCLUDES(mutex_) {
+        if (!running_) return;
+        {
+            lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        cv_.notify_one();
+        thread_.join();
+        running_ = false;
+    }
+
+    // ---- fork(): see fork_guard.hpp. The queue calls these after its step lock and the books' lock.
+
+    void lock_for_fork() DU_ACQUIRE(mutex_) { mutex_.lock(); }
+    void unlock_after_fork() DU_RELEASE(mutex_) { mutex_.unlock(); }
+
+    /// In the child: the thread is gone. Its closes still waiting are made here, oldest first, so the
+    /// child's own closes keep their order after them; a close the thread had begun is booked but not
+    /// repeated, as it may have been made already and its number given to another descriptor.
+    void renew_after_fork() DU_NO_THREAD_SAFETY_ANALYSIS {
+        mutex_.renew_after_fork();
+        new (&cv_) std::condition_variable_any;
+        new (&idle_cv_) std::condition_variable_any;
+        thread_.forget_after_fork();
+        running_ = false;
+        waiters_ = 0;
+        const auto now = Clock::now();
+        if (in_hand_) books_.record_worker_close(std::chrono::nanoseconds{0}, 0, now);
+        in_hand_ = busy_ = false;
+        while (!closes_.empty()) close(closes_.pop_front());
     }
 
     [[nodiscard]] int done_fd() const noexcept { return done_read_.get(); }
@@ -97,34 +146,25 @@ private:
         std::size_t bytes;
     };
 
-    static void throw_bad_alloc() {
-#if DEFERRED_UNMAP_HAS_EXCEPTIONS
-        throw std::bad_alloc();
-#endif
-    }
-    static void throw_system_error([[maybe_unused]] int error, [[maybe_unused]] const char* what) {
-#if DEFERRED_UNMAP_HAS_EXCEPTIONS
-        throw std::system_error(error, std::system_category(), what);
-#endif
-    }
-
     [[nodiscard]] bool has_work() const DU_REQUIRES(mutex_) { return !closes_.empty() || books_.handed_over(); }
     [[nodiscard]] bool idle_locked() const DU_REQUIRES(mutex_) { return !busy_ && !has_work(); }
 
-    void main(std::stop_token stop) noexcept DU_EXCLUDES(mutex_) {
+    void main() noexcept DU_EXCLUDES(mutex_) {
         // A close-only worker takes no mmap_lock: however late it runs, no mmap() of the host waits on it.
         if (options_.low_priority_closes && !options_.unmap_on_worker) lower_this_thread_priority(low_priority_nice);
         mutex_.lock();
         for (;;) {
             if (idle_locked()) announce_idle();
-            if (!cv_.wait(mutex_, stop, [this]() DU_REQUIRES(mutex_) { return has_work(); })) break;
+            cv_.wait(mutex_, [this]() DU_REQUIRES(mutex_) { return has_work() || stopping_; });
+            if (stopping_) break;
             busy_ = true;
             if (!closes_.empty()) {
                 const close_job job = closes_.pop_front();
+                in_hand_ = true;
                 mutex_.unlock();
                 close(job);
                 mutex_.lock();
-                busy_ = false;
+                in_hand_ = busy_ = false;
                 worked_ = true;
                 continue;
             }
@@ -134,7 +174,7 @@ private:
             busy_ = false;
             worked_ = worked_ || more;
             // The pause lets a waiting mmap() have the lock; a flush waiting on the worker cuts it short.
-            if (more) cv_.wait_for(mutex_, stop, options_.worker_pause, [this]() DU_REQUIRES(mutex_) { return waiters_ > 0; });
+            if (more) cv_.wait_for(mutex_, options_.worker_pause, [this]() DU_REQUIRES(mutex_) { return waiters_ > 0 || stopping_; });
         }
         mutex_.unlock();
     }
@@ -164,12 +204,15 @@ private:
     std::condition_variable_any idle_cv_;  // the worker ran out of work
     ring<close_job> closes_ DU_GUARDED_BY(mutex_);
     bool busy_ DU_GUARDED_BY(mutex_) = false;
+    bool in_hand_ DU_GUARDED_BY(mutex_) = false;    // busy_ with a close popped from closes_
+    bool stopping_ DU_GUARDED_BY(mutex_) = false;
     bool worked_ DU_GUARDED_BY(mutex_) = false;     // work done since the last announcement
     bool signalled_ DU_GUARDED_BY(mutex_) = false;  // a byte sits in the done pipe
     int waiters_ DU_GUARDED_BY(mutex_) = 0;
     unique_fd done_read_;
     unique_fd done_write_;
-    std::jthread thread_;  // last: stopped and joined before anything it uses goes
+    bool running_ = false;  // written only before the thread exists, in stop() and in a fork's child
+    library_thread thread_;  // last: joined (by stop()) before anything it uses goes
 };
 
 }  // namespace deferred_unmap::detail
