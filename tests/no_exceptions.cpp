@@ -1,12 +1,35 @@
 // Built with -fno-exceptions: the error_code forms and the queue must be usable without exceptions.
 #include <deferred_unmap/deferred_unmap.hpp>
+#include <deferred_unmap/testing.hpp>
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
 
 namespace du = deferred_unmap;
+
+namespace {
+
+// KWin builds without exceptions: a worker that cannot be started must leave an inline queue, not abort.
+int inline_without_a_thread() {
+    const du::testing::thread_creation_failure no_threads;
+    du::reclaim_queue queue;
+    if (queue.stats().worker_error != EAGAIN) return std::puts("the failed start was not reported"), 1;
+    du::unique_fd fd{::memfd_create("du-noexcept-inline", MFD_CLOEXEC)};
+    if (!fd || ::ftruncate(fd.get(), 1 << 20) != 0) return std::puts("memfd"), 1;
+    std::error_code ec;
+    auto view = du::mapping::map(fd.get(), 1 << 20, PROT_READ, MAP_SHARED, ec);
+    if (ec) return std::puts("map"), 1;
+    const int raw = fd.get();
+    queue.push(du::shm_region{std::move(fd), std::move(view)});
+    if (queue.drain(std::chrono::seconds{1}).fds_closed != 1) return std::puts("the close was not made inline"), 1;
+    if (!queue.empty() || ::fcntl(raw, F_GETFD) != -1) return std::puts("the pool is still there"), 1;
+    return 0;
+}
+
+}  // namespace
 
 int main() {
     std::error_code ec;
@@ -32,5 +55,6 @@ int main() {
     queue.push(std::move(region));
     while (!queue.empty()) queue.drain(std::chrono::milliseconds{1});
     if (du::validate(queue.options())) return std::puts("a refused option was kept"), 1;
-    return queue.stats().items_reclaimed == 2 ? 0 : 1;
+    if (queue.stats().items_reclaimed != 2) return std::puts("not every item was reclaimed"), 1;
+    return inline_without_a_thread();
 }

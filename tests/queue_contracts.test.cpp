@@ -6,6 +6,8 @@
 #include "test_support.hpp"
 
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/timerfd.h>
 
@@ -68,6 +70,45 @@ TEST_CASE("worker: named du-reclaim, every asynchronous signal blocked, the crea
     sigset_t after;
     ::pthread_sigmask(SIG_SETMASK, nullptr, &after);
     for (int sig = 1; sig < 32; ++sig) CHECK(::sigismember(&before, sig) == ::sigismember(&after, sig));
+}
+
+TEST_CASE("worker: runs SCHED_OTHER when the thread that made the queue runs SCHED_RR") {
+    int creator_error = 0;
+    int worker_policy = -1;
+    std::thread creator([&] {
+        const sched_param realtime{.sched_priority = 1};
+        creator_error = ::pthread_setschedparam(::pthread_self(), SCHED_RR, &realtime);
+        if (creator_error != 0) return;
+        du::reclaim_queue q;
+        const auto ids = tasks_named("du-reclaim");
+        if (ids.size() == 1) worker_policy = ::sched_getscheduler(std::stoi(ids[0]));
+    });
+    creator.join();
+    if (creator_error == EPERM) {
+        MESSAGE("not checked: this process may not run SCHED_RR (needs CAP_SYS_NICE or RLIMIT_RTPRIO)");
+        return;
+    }
+    REQUIRE(creator_error == 0);
+    CHECK(worker_policy == SCHED_OTHER);
+}
+
+TEST_CASE("worker: a worker that cannot be started leaves a queue that tears down inline") {
+    dt::reset();
+    const dt::thread_creation_failure no_threads;
+    for (const bool unmap_on_worker : {false, true}) {
+        CAPTURE(unmap_on_worker);
+        real_time_queue q{{.close_on_worker = !unmap_on_worker, .unmap_on_worker = unmap_on_worker}};
+        CHECK(q.stats().worker_error == EAGAIN);
+        CHECK(q.worker_done_fd() == -1);
+        CHECK(tasks_named("du-reclaim").empty());
+        q.push(dt::make_region(mib));
+        const auto report = q.drain(1s);
+        CHECK(report.fds_closed == 1);  // made here: there is no worker to hand it to
+        CHECK(report.bytes_unmapped == mib);
+        CHECK(q.empty());
+        CHECK(q.wait_for_worker(0ns));
+    }
+    CHECK(dt::script().open_fds() == 0);
 }
 
 TEST_CASE("worker: low_priority_closes lowers a close-only worker, never an unmapping one") {

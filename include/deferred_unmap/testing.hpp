@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "detail/library_thread.hpp"
 #include "detail/ring.hpp"
 #include "mapping.hpp"
 #include "os.hpp"
@@ -343,6 +345,19 @@ public:
 
 private:
     static bool refuse(std::size_t) noexcept { return false; }
+};
+
+/// While alive, every worker thread a queue would start fails to start, as at a thread limit (EAGAIN):
+/// the thread-creation seam, for a host's own "no thread" path. One at a time; process-global.
+class thread_creation_failure {
+public:
+    thread_creation_failure() noexcept { detail::thread_creation_gate.store(&refuse, std::memory_order_relaxed); }
+    ~thread_creation_failure() { detail::thread_creation_gate.store(nullptr, std::memory_order_relaxed); }
+    thread_creation_failure(const thread_creation_failure&) = delete;
+    thread_creation_failure& operator=(const thread_creation_failure&) = delete;
+
+private:
+    static int refuse() noexcept { return EAGAIN; }
 };
 
 /// A fake pool of `bytes`: a scripted descriptor and a scripted mapping of it.
