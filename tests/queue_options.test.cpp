@@ -2,6 +2,9 @@
 
 #include "test_support.hpp"
 
+#include <thread>
+#include <vector>
+
 using namespace du_test;
 using namespace std::chrono_literals;
 
@@ -89,4 +92,56 @@ TEST_CASE("queue: options are kept as given") {
     CHECK(q.options().max_pending_bytes == 64 * mib);
     CHECK(q.options().max_delay == 20ms);
     CHECK_FALSE(q.options().close_on_worker);
+}
+
+TEST_CASE("queue: a push beyond max_pending_items reclaims the oldest until it fits") {
+    dt::reset();
+    scripted_queue q{inline_mode({.max_pending_items = 4})};
+    std::vector<int> fds;
+    for (int i = 0; i < 4; ++i) {
+        auto pool = dt::make_region(64 * 1024);
+        fds.push_back(pool.fd());
+        q.push(std::move(pool));
+    }
+    CHECK(dt::script().calls().size() == 4);  // the four maps: nothing torn down yet
+    q.push(dt::make_region(64 * 1024));  // a fifth: the oldest goes, mapping and descriptor, now
+    CHECK(q.pending_items() == 4);
+    CHECK_FALSE(dt::script().is_open(fds[0]));
+    CHECK(dt::script().is_open(fds[1]));
+    CHECK(q.stats().cap_steps == 2);
+}
+
+TEST_CASE("queue: over max_pending_items with close_on_worker, the pushing thread makes only munmaps") {
+    dt::reset();
+    du::basic_reclaim_queue<std::chrono::steady_clock, dt::scripted_os> q{{.max_pending_items = 8}};
+    std::size_t most_mapped = 0;
+    for (int i = 0; i < 1000; ++i) {  // a client churning small pools
+        q.push(dt::make_region(4096));
+        most_mapped = std::max(most_mapped, dt::script().mapped_bytes());
+    }
+    CHECK(most_mapped <= 8 * 4096);  // never more mappings than the cap
+    REQUIRE(q.wait_for_worker(10s));
+    const auto pusher = std::this_thread::get_id();
+    std::size_t closes_here = 0;
+    for (const auto& c : dt::script().calls()) closes_here += c.op == call_kind::close && c.thread == pusher ? 1 : 0;
+    CHECK(closes_here == 0);
+    CHECK(q.stats().cap_steps >= 992);
+    q.flush();
+    CHECK(dt::script().open_fds() == 0);
+}
+
+TEST_CASE("options: max_pending_items of 0 is refused") {
+    CHECK(du::validate(du::reclaim_options{.max_pending_items = 0}) == std::errc::invalid_argument);
+    CHECK(!du::validate(du::reclaim_options{.max_pending_items = 1}));
+}
+
+TEST_CASE("options: a worker_pause outside 0..max_worker_pause is refused") {
+    CHECK(!du::validate(du::reclaim_options{.worker_pause = 0ns}));
+    CHECK(!du::validate(du::reclaim_options{.worker_pause = du::max_worker_pause}));
+    for (const auto pause : {du::max_worker_pause + 1ns, std::chrono::nanoseconds{std::chrono::hours{1}},
+                             std::chrono::nanoseconds::max(), -1ns}) {
+        CAPTURE(pause.count());
+        CHECK(du::validate(du::reclaim_options{.worker_pause = pause}) == std::errc::invalid_argument);
+        CHECK_THROWS_AS(scripted_queue(du::reclaim_options{.unmap_on_worker = true, .worker_pause = pause}), std::system_error);
+    }
 }
