@@ -83,7 +83,7 @@ typedef struct du_queue_options {
     int close_on_worker;        /* nonzero (default): a worker thread makes the close() calls */
     int unmap_on_worker;        /* nonzero: the worker makes every call; drain only hands work over */
     int low_priority_closes;    /* nonzero: a close-only worker runs at nice 10 */
-    int64_t worker_pause_ns;    /* gap the unmapping worker leaves between chunks; >= 0 */
+    int64_t worker_pause_ns;    /* gap the unmapping worker leaves between chunks; 0 to 10 ms */
     double unmap_ns_per_byte;   /* cost model prior; finite and >= 0 */
     double close_ns_per_byte;   /* cost model prior; finite and >= 0 */
     int64_t call_overhead_ns;   /* cost model prior; >= 0 */
@@ -95,6 +95,8 @@ typedef struct du_queue_options {
                                    not used with unmap_on_worker (worker_pause_ns is) */
     double max_step_deviations; /* steps leave room in max_step_ns for a munmap this many learned
                                    deviations slower than the mean; finite and >= 0 (default 2) */
+    size_t max_pending_items;   /* a push beyond this many items waiting reclaims the oldest at once;
+                                   > 0 (default 16384) */
 } du_queue_options;
 
 /* Totals since the queue was made, and the last burst (from a push into an empty queue until it was
@@ -112,6 +114,7 @@ typedef struct du_stats {
     int64_t burst_duration_ns, burst_worst_drain_ns;
     uint64_t unmap_steps_over_max_step;             /* munmap steps whose time exceeded max_step */
     int64_t unmap_prediction_error_p50_ns, unmap_prediction_error_p99_ns; /* |time - prediction| per munmap step */
+    int64_t worker_error; /* the errno that kept the worker from starting (the queue runs inline); 0 */
 } du_stats;
 
 typedef struct du_drain_report {
@@ -127,8 +130,9 @@ typedef struct du_drain_report {
  * cannot grow, it has no cost-model, priority or error-callback fields: use du_queue_options for those. */
 void du_options_init(du_options *opts) DU_NOEXCEPT;
 
-/* A new queue (NULL opts = defaults). Allocates; starts a thread if asked. NULL + errno on failure:
- * EINVAL (zero unmap_chunk_bytes, negative max_delay_ns), ENOMEM, EAGAIN (no thread). */
+/* A new queue (NULL opts = defaults). Allocates; starts a thread if asked (where none can be started,
+ * the queue tears down inline: see du_stats.worker_error). NULL + errno on failure: EINVAL (zero
+ * unmap_chunk_bytes, negative max_delay_ns), ENOMEM. */
 du_queue *du_queue_create(const du_options *opts) DU_NOEXCEPT;
 
 /* Flushes everything (blocks for the whole teardown), stops the worker, frees `q`; NULL is a no-op. */
@@ -142,7 +146,8 @@ int du_queue_push_region(du_queue *q, int fd, void *addr, size_t length) DU_NOEX
 /* Takes a mapping whose descriptor is closed or owned elsewhere. As du_queue_push_region. */
 int du_queue_push_mapping(du_queue *q, void *addr, size_t length) DU_NOEXCEPT;
 
-/* Takes a descriptor. One fstat(2) sizes its close for the budget; otherwise as du_queue_push_region. */
+/* Takes a descriptor. One fstat(2) checks it is open and sizes its close for the budget: -EBADF (and
+ * nothing taken) when it is not open; otherwise as du_queue_push_region. */
 int du_queue_push_fd(du_queue *q, int fd) DU_NOEXCEPT;
 
 /* Runs steps while each predicted step fits what is left of `budget_ns` (the first always runs); never
@@ -175,11 +180,13 @@ static inline void du_queue_options_init(du_queue_options *opts) DU_NOEXCEPT {
     du_queue_options_init_sized(opts, sizeof *opts);
 }
 
-/* A new queue from options filled by du_queue_options_init (NULL: defaults). NULL + errno on failure:
- * EINVAL (a size no init call set, below this header's sizeof and not an earlier layout's, a zero
- * unmap_chunk_bytes, a max_step_ns not > 0, a negative delay or pause, a negative, NaN or infinite
- * prior or max_step_deviations, an overhead over a day), E2BIG (a newer caller set fields this library
- * does not know), ENOMEM, EAGAIN (no thread), EMFILE/ENFILE (no pipe for the worker's descriptor). */
+/* A new queue from options filled by du_queue_options_init (NULL: defaults). A worker that cannot be
+ * started (no thread, no pipe) leaves a queue that tears down inline, its errno in du_stats.worker_error.
+ * NULL + errno on failure: EINVAL (a size no init call set, below this header's sizeof and not an
+ * earlier layout's, a zero unmap_chunk_bytes or max_pending_items, a max_step_ns not > 0, a negative
+ * delay or drain pause, a worker pause outside 0..10 ms, a negative, NaN or infinite prior or
+ * max_step_deviations, an overhead over a day), E2BIG (a newer caller set fields this library does not
+ * know), ENOMEM. */
 du_queue *du_queue_create_with(const du_queue_options *opts) DU_NOEXCEPT;
 
 /* Items not yet fully torn down, the worker's share included; 0 for NULL. Any thread, O(1). */
@@ -202,8 +209,9 @@ int du_queue_worker_fd(const du_queue *q) DU_NOEXCEPT;
 /* Empties du_queue_worker_fd(); call it when the descriptor fires, before looking at the queue. */
 void du_queue_worker_clear(du_queue *q) DU_NOEXCEPT;
 
-/* Fills the first `size` bytes of `out`; out->size then says how many are real (less than `size` when
- * the library knows fewer fields). Use the macro. NULL q: zeroes. Any thread; never waits for a step.
+/* Fills the first `size` bytes of `out`, zero past the fields this library knows; out->size then says
+ * how many are real (less than `size` when the library knows fewer fields). Use the macro. NULL q:
+ * zeroes. Any thread; never waits for a step.
  * busy_drains counts drains that found another thread at work for their whole budget (du_drain_report
  * cannot grow, so it has no such flag). */
 void du_queue_stats_sized(const du_queue *q, du_stats *out, size_t size) DU_NOEXCEPT;

@@ -20,10 +20,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
-#include <system_error>
 #include <utility>
-
-#include <sys/stat.h>
 
 #include "c_api.h"
 #include "reclaim_queue.hpp"
@@ -53,6 +50,7 @@ inline du_queue_options defaults() noexcept {
     opts.max_step_ns = d.max_step.count();
     opts.drain_pause_ns = d.drain_pause.count();
     opts.max_step_deviations = d.max_step_deviations;
+    opts.max_pending_items = d.max_pending_items;
     return opts;
 }
 
@@ -74,11 +72,12 @@ inline constexpr std::size_t earlier_options_sizes[] = {
     offsetof(du_queue_options, max_step_ns),          // the first layout
     offsetof(du_queue_options, drain_pause_ns),       // + max_step_ns
     offsetof(du_queue_options, max_step_deviations),  // + drain_pause_ns
+    offsetof(du_queue_options, max_pending_items),    // + max_step_deviations
 };
 static_assert(std::ranges::all_of(earlier_options_sizes,
                                    [](std::size_t size) { return size % alignof(du_queue_options) == 0; }),
               "an entry is not a sizeof: add the size the struct had, padding included");
-static_assert(offsetof(du_queue_options, max_step_deviations) + sizeof(double) == sizeof(du_queue_options),
+static_assert(offsetof(du_queue_options, max_pending_items) + sizeof(std::size_t) == sizeof(du_queue_options),
               "a field was appended to du_queue_options: add the sizeof the struct had before it above");
 
 // What a caller compiled against another header passed: its fields over the defaults of the rest.
@@ -113,6 +112,7 @@ inline reclaim_options to_options(const du_queue_options& opts) noexcept {
     options.max_step = std::chrono::nanoseconds{opts.max_step_ns};
     options.drain_pause = std::chrono::nanoseconds{opts.drain_pause_ns};
     options.max_step_deviations = opts.max_step_deviations;
+    options.max_pending_items = opts.max_pending_items;
     if (opts.on_error != nullptr) {
         options.on_error = [fn = opts.on_error, data = opts.on_error_data](const reclaim_error& e) {
             const du_error error{e.op == reclaim_error::operation::unmap ? DU_OP_UNMAP : DU_OP_CLOSE, e.error, e.addr,
@@ -124,8 +124,7 @@ inline reclaim_options to_options(const du_queue_options& opts) noexcept {
 }
 
 inline bool valid(const du_queue_options& opts) noexcept {
-    return opts.unmap_chunk_bytes > 0 && opts.max_delay_ns >= 0 && opts.worker_pause_ns >= 0 &&
-           !validate(to_options(opts));
+    return opts.unmap_chunk_bytes > 0 && opts.max_delay_ns >= 0 && !validate(to_options(opts));
 }
 
 inline std::int64_t ns(std::chrono::nanoseconds d) noexcept { return d.count(); }
@@ -164,6 +163,7 @@ inline du_stats to_c(const reclaim_stats& s) noexcept {
     out.unmap_steps_over_max_step = s.unmap_steps_over_max_step;
     out.unmap_prediction_error_p50_ns = ns(s.unmap_prediction_error.quantile(0.5));
     out.unmap_prediction_error_p99_ns = ns(s.unmap_prediction_error.quantile(0.99));
+    out.worker_error = s.worker_error;
     return out;
 }
 
@@ -180,18 +180,11 @@ inline mapping adopt(void* addr, std::size_t length, bool& ok) noexcept {
     return map;
 }
 
-// Why du_queue_create failed, as an errno value.
-inline int errno_of(const std::system_error& error) noexcept {
-    return error.code().category() == std::system_category() && error.code().value() > 0 ? error.code().value() : EAGAIN;
-}
-
 inline du_queue* create(reclaim_options options) noexcept {
 #if DEFERRED_UNMAP_HAS_EXCEPTIONS
     try {
         return new du_queue{std::move(options)};
-    } catch (const std::system_error& error) {  // no thread for the worker
-        errno = errno_of(error);
-    } catch (...) {  // std::bad_alloc: nothing else is thrown on the way
+    } catch (...) {  // std::bad_alloc: the options were checked, and a worker that cannot start is no error
         errno = ENOMEM;
     }
     return nullptr;
@@ -202,10 +195,7 @@ inline du_queue* create(reclaim_options options) noexcept {
 #endif
 }
 
-inline std::size_t file_size(int fd) noexcept {
-    struct stat st {};
-    return ::fstat(fd, &st) == 0 && st.st_size > 0 ? static_cast<std::size_t>(st.st_size) : 0;
-}
+
 
 }  // namespace deferred_unmap::detail::c_api
 
@@ -282,6 +272,7 @@ void du_queue_stats_sized(const du_queue* q, du_stats* out, size_t size) noexcep
     // out->size says how much is real: the caller's size, or less where this library knows fewer fields.
     filled.size = std::min(size, sizeof filled);
     std::memcpy(out, &filled, filled.size);
+    if (size > sizeof filled) std::memset(reinterpret_cast<unsigned char*>(out) + sizeof filled, 0, size - sizeof filled);
 }
 
 void du_queue_destroy(du_queue* q) noexcept { delete q; }
@@ -306,7 +297,10 @@ int du_queue_push_mapping(du_queue* q, void* addr, size_t length) noexcept {
 
 int du_queue_push_fd(du_queue* q, int fd) noexcept {
     if (q == nullptr || fd < 0) return -EINVAL;
-    q->queue.push(deferred_unmap::unique_fd{fd}, deferred_unmap::detail::c_api::file_size(fd));
+    const std::int64_t bytes = deferred_unmap::posix_os::allocated_bytes(fd);
+    if (bytes < 0) return -EBADF;
+    // Known, even when 0: a memfd that holds no page frees nothing when closed.
+    q->queue.push(deferred_unmap::unique_fd{fd}, static_cast<std::size_t>(std::max<std::int64_t>(bytes, 1)));
     return 0;
 }
 

@@ -306,6 +306,11 @@ static void test_bad_arguments_get_einval_and_the_caller_keeps_everything(void) 
     CHECK(du_queue_push_fd(NULL, p.fd) == -EINVAL);
     CHECK(du_queue_push_fd(q, -1) == -EINVAL);
     expect_still_owned(&p, q);
+    /* A descriptor that is not open is refused now, not found out at its close. */
+    const int closed_fd = dup(p.fd);
+    CHECK(closed_fd >= 0 && close(closed_fd) == 0);
+    CHECK(du_queue_push_fd(q, closed_fd) == -EBADF);
+    CHECK(du_queue_pending_items(q) == 0);
 
     /* Nothing was queued: draining and destroying touch none of it. */
     CHECK(du_queue_drain(q, 1000000).steps == 0);
@@ -398,8 +403,10 @@ static void test_options_grow_without_breaking_older_callers(void) {
         du_stats known;
         uint64_t unknown;
     } more;
+    memset(&more, 0xff, sizeof more);
     du_queue_stats_sized(q, &more.known, sizeof more);
     CHECK(more.known.size == sizeof(du_stats));
+    CHECK(more.unknown == 0); /* all `size` bytes filled: what this library does not know, with zeros */
     du_queue_destroy(q);
 }
 
@@ -428,6 +435,19 @@ static void test_bad_priors_are_refused(void) {
         errno = 0;
         CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
     }
+    du_queue_options_init(&opts);
+    CHECK(opts.worker_pause_ns == 100000);
+    const int64_t bad_worker_pauses[] = {-1, 10000001, INT64_MAX};
+    for (size_t i = 0; i < sizeof bad_worker_pauses / sizeof bad_worker_pauses[0]; ++i) {
+        opts.worker_pause_ns = bad_worker_pauses[i];
+        errno = 0;
+        CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
+    }
+    du_queue_options_init(&opts);
+    CHECK(opts.max_pending_items == 16384);
+    opts.max_pending_items = 0;
+    errno = 0;
+    CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
     du_queue_options_init(&opts);
     CHECK(opts.drain_pause_ns == 0);
     opts.drain_pause_ns = -1;

@@ -15,6 +15,7 @@ constexpr std::size_t earlier_sizes[] = {
     offsetof(du_queue_options, max_step_ns),          // the first layout
     offsetof(du_queue_options, drain_pause_ns),       // + max_step_ns
     offsetof(du_queue_options, max_step_deviations),  // + drain_pause_ns
+    offsetof(du_queue_options, max_pending_items),    // + max_step_deviations
 };
 
 constexpr unsigned char garbage = 0xab;
