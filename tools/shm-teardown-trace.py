@@ -392,6 +392,13 @@ def emit(record, text, as_json):
     print(json.dumps(record) if as_json else text, flush=True)
 
 
+def emit_burst(burst, offset_ns, as_json):
+    """start_ns is CLOCK_MONOTONIC (to match other traces); time is the same instant in UTC."""
+    when = wall_clock(burst["start_ns"], offset_ns)
+    emit({"type": "burst", "time": when, **{k: v for k, v in burst.items() if k != "type"}},
+         burst_text(burst, when), as_json)
+
+
 def run(args):
     pid = resolve_target(args.target)
     offset_ns = time.time_ns() - time.monotonic_ns()
@@ -431,7 +438,7 @@ def run(args):
                         tracker.feed(event)
             burst = tracker.due(time.monotonic_ns())
             if burst:
-                emit(burst, burst_text(burst, wall_clock(burst["start_ns"], offset_ns)), args.json)
+                emit_burst(burst, offset_ns, args.json)
         status = tracer.wait()
         if raw:
             raw.close()
@@ -441,7 +448,7 @@ def run(args):
             die(f"bpftrace did not start (exit status {status}): {detail[:400]}")
         # The end: the last burst goes out whatever the gap.
         while burst := tracker.due(time.monotonic_ns() + 10 * OPEN_STRETCH_WAIT_NS):
-            emit(burst, burst_text(burst, wall_clock(burst["start_ns"], offset_ns)), args.json)
+            emit_burst(burst, offset_ns, args.json)
         record = summary(tracker, time.monotonic() - started)
         emit(record, summary_text(record), args.json)
     return 0

@@ -55,7 +55,7 @@ one_run() {  # one_run <mode> <traced: yes|no> <label>
     if [ "$traced" = yes ]; then
         "$tracer" --json --raw "$out/$label.trace.raw" "$compositor_pid" >"$out/$label.trace.jsonl" 2>"$out/$label.trace.err" &
         tracer_pid=$!
-        wait_for 90 grep -q tracing "$out/$label.trace.err" || { cat "$out/$label.trace.err"; echo "the tracer did not start"; exit 1; }
+        wait_for 90 grep -qs tracing "$out/$label.trace.err" || { cat "$out/$label.trace.err"; echo "the tracer did not start"; exit 1; }
     fi
     local load
     load=$(cut -d' ' -f1-3 /proc/loadavg)
