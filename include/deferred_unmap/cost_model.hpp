@@ -22,8 +22,10 @@
 namespace deferred_unmap {
 
 struct cost_model {
-    /// Priors: freeing a 19.8 MiB memfd pool with 4 KiB folios costs ~0.9 ms of munmap and ~2.7 ms of
-    /// close on a 2-core VM (a desktop is ~4x faster). Erring high only makes the first drains cautious.
+    /// Priors: tearing down a 19.8 MiB memfd pool with 4 KiB folios, mapping first, costs ~0.9 ms of
+    /// munmap and ~2.7 ms of close (which frees the pages) on a 2-core VM (a desktop is ~4x faster).
+    /// Erring high only makes the first drains cautious. The munmap prior is also the floor of the
+    /// rate each pool's first step is sized at (reclaim_options::max_step).
     double unmap_ns_per_byte = 0.05;
     double close_ns_per_byte = 0.15;
     /// Cost of a call that frees nothing (syscall entry, VMA lookup); not learned.

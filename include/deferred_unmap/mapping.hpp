@@ -117,7 +117,9 @@ public:
     }
 
     /// Unmaps now (errors ignored, errno preserved) and becomes empty.
-    /// Cost: one munmap(2) of the whole range under mmap_lock; may block. Push to a queue to defer it.
+    /// Cost: one munmap(2) of the whole range, holding mmap_lock while it clears the page tables (and
+    /// freeing the file's pages on return if this was its last reference); may block. Push to a queue
+    /// to defer it.
     void reset() noexcept {
         if (addr_ == nullptr) return;
         detail::errno_saver keep_errno;

@@ -45,7 +45,9 @@ struct posix_os {
         error = addr == MAP_FAILED ? errno : 0;
         return addr;
     }
-    /// munmap(2). Cost: one syscall, takes the process's mmap_lock for writing. Returns 0 or errno.
+    /// munmap(2). Cost: one syscall; takes the process's mmap_lock for writing (Linux 6.18 then holds it
+    /// for reading while it clears the page tables), and where it drops a file's last reference, frees
+    /// that file's pages on return, after the lock. Returns 0 or errno.
     static int unmap(void* addr, std::size_t length) noexcept {
         return ::munmap(addr, length) == 0 ? 0 : errno;
     }

@@ -30,12 +30,15 @@ struct reclaim_options {
     /// max_step sizes the steps. 64 MiB lets a fast machine unmap a 19.8 MiB pool in one step; each
     /// cut costs CPU (2 MiB steps ~8% more in total than one munmap of such a pool, 512 KiB ~30%).
     std::size_t unmap_chunk_bytes = std::size_t{64} << 20;
-    /// Longest a munmap step is predicted to hold mmap_lock, at the slow rate R =
-    /// unmap_ns_per_byte_high(max_step_deviations) of the learned model. A step takes
-    /// min(unmap_chunk_bytes, what is left) where that fits; otherwise what is left is cut evenly into
-    /// the fewest whole-page steps of at most floor_to_page((max_step - call_overhead) / R), at least
-    /// one page each, so a slow machine cuts its steps finer and, unless unmap_chunk_bytes is what
-    /// binds, none is a sliver. 200 us is what one munmap of a whole 19.8 MiB pool took on the
+    /// Longest a munmap step is predicted to take (and so to hold mmap_lock). Pools differ (one the
+    /// compositor read has page tables to clear, one it never read has none), so each pool's first step
+    /// is sized at the cautious rate R = max(prior.unmap_ns_per_byte, the learned
+    /// unmap_ns_per_byte_high(max_step_deviations)), and its later steps at its own first step's rate
+    /// (as many deviations high), but never past twice the first: however many cheap pools taught the
+    /// model, no step of a dear one runs far past max_step. A step takes min(unmap_chunk_bytes, what is
+    /// left) where that fits; otherwise what is left is cut evenly into the fewest whole-page steps that
+    /// fit, at least one page each, so a slow machine cuts its steps finer and, unless unmap_chunk_bytes
+    /// is what binds, none is a sliver. 200 us is what one munmap of a whole 19.8 MiB pool took on the
     /// original report's desktop. Must be > 0.
     std::chrono::nanoseconds max_step = std::chrono::microseconds{200};
     /// How slow a call max_step leaves room for, in learned deviations of the munmap rate: at 2, steps
@@ -66,8 +69,10 @@ struct reclaim_options {
     /// the queue's short bookkeeping locks, so on a saturated CPU a push or drain may wait a scheduling
     /// period behind it (SCHED_IDLE made that a second; hence a nice value), and flush(), the
     /// destructor and a push the queue cannot grow for wait for its closes. Ignored with
-    /// unmap_on_worker: a worker preempted while it holds mmap_lock would stall every mmap and page
-    /// fault of the process behind it, so the unmapping worker keeps the creating thread's priority.
+    /// unmap_on_worker: a worker preempted while it holds mmap_lock would stall the host's own mmap and
+    /// munmap calls behind it, so the unmapping worker keeps the creating thread's nice value. Every
+    /// worker runs SCHED_OTHER: from a SCHED_RR or SCHED_FIFO frame thread, an unmapping worker can be
+    /// preempted holding the lock, which is one more reason the default unmaps on the draining thread.
     bool low_priority_closes = false;
     /// Gap the worker leaves between munmap chunks, so a waiting mmap() gets the lock. From 0 to
     /// max_worker_pause: a waiter needs microseconds, and a longer gap only leaves memory mapped longer.

@@ -29,7 +29,13 @@
 // Modes: by default (close_on_worker) drain makes the munmap calls and a worker thread the close()
 // calls, which free the pages without mmap_lock. unmap_on_worker gives the worker every call; with
 // neither, the draining thread makes them all and no thread is started. The worker starts with every
-// asynchronous signal blocked and is named du-reclaim.
+// asynchronous signal blocked, runs SCHED_OTHER whatever its creator's policy, and is named
+// du-reclaim. Where it cannot be started (no thread, no pipe), the queue tears down inline and
+// stats().worker_error says why. Nothing here throws for it, with or without exceptions.
+//
+// fork(): the forking thread first takes every queue's locks (so it waits for a step another thread
+// is running). The child's queue has no worker and tears down inline; the closes the worker still
+// held are made in the child as it starts, except one it had begun. Never fork from on_error.
 //
 // Idle and worker: pending_items() and empty() count everything not yet torn down, the worker's share
 // included. next_deadline() is when a drain is due, time_point::max() when nothing waits for one, even

@@ -1,9 +1,11 @@
 // deferred_unmap/shm_region.hpp - a client shm pool: its memfd and the compositor's mapping of it.
 //
 // Guarantees: the mapping is always unmapped before the descriptor is closed, whatever order the
-// members are declared in. Closing first would leave the mapping holding the inode, so munmap would
-// free every page under the process's mmap_lock; unmapping first moves most of that work into close(),
-// which takes no mmap_lock. resize() maps the pool anew and hands the old mapping back to be deferred.
+// members are declared in. Pages are freed where the last reference to the memfd goes: closed first,
+// the mapping holds it, and munmap frees every page as it returns to user space, on the calling thread
+// (after releasing mmap_lock, which it holds as long in either order); unmapped first, close() frees
+// them, which takes no mmap_lock and can run on another thread (docs/notes/kernel.md). resize() maps
+// the pool anew and hands the old mapping back to be deferred.
 //
 //   deferred_unmap::shm_region pool{deferred_unmap::unique_fd{fd},
 //                                   deferred_unmap::mapping::map(fd, size, PROT_READ, MAP_SHARED)};
