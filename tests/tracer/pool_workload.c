@@ -8,9 +8,9 @@
 //           unmaps each in two steps, front half first (as deferred_unmap cuts a munmap), then a
 //           thread named "pool-closer" closes them all (close_on_worker): the pages are freed on
 //           that thread, inside close()
-// After the teardown the main thread waits in poll(), as an event loop would, so the tracer sees
-// the end of its teardown stretch; then it prints "done" with the teardown's wall and CPU time (the
-// process's, every thread: what a tracer attached adds to it) and exits 0.
+// After the teardown it prints "done" with the teardown's wall and CPU time (the process's, every
+// thread: what a tracer attached adds to it), then waits 300 ms in poll(), as an event loop would,
+// so the tracer sees the end of its teardown stretch, and exits 0.
 //
 //   pool_workload N BYTES main|worker
 #define _GNU_SOURCE
@@ -113,9 +113,9 @@ int main(int argc, char** argv) {
     else closed_on_thread(pools, count, bytes);
     clock_gettime(CLOCK_MONOTONIC, &end);
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_end);
-    poll(NULL, 0, 300);  // the event loop's wait: ends the main thread's teardown stretch
     printf("done teardown_ms=%.3f cpu_ms=%.3f\n", ms_between(start, end), ms_between(cpu_start, cpu_end));
     fflush(stdout);
+    poll(NULL, 0, 300);  // the event loop's wait: ends the main thread's teardown stretch
     free(pools);
     return 0;
 }

@@ -65,9 +65,12 @@ one_run() {  # one_run none|attached|tool
     load=$(cut -d' ' -f1 /proc/loadavg)
     echo go >&3
     exec 3>&-
+    # Read while the workload still sits in its closing poll(): the tool ends itself, and detaches
+    # its programs, once the workload has exited.
+    wait_for "$work/out" done
+    if [ "$stats" = yes ] && [ "$1" = tool ]; then bpf_prog_stats "$bpftrace_pid"; fi
     wait "$workload_pid"
     workload_pid=
-    if [ "$stats" = yes ] && [ "$1" = tool ]; then bpf_prog_stats "$bpftrace_pid"; fi
     if [ -n "$tracer_pid" ]; then kill -INT "$tracer_pid"; wait "$tracer_pid" || true; tracer_pid=; fi
     printf '%-9s load %-5s %s\n' "$1" "$load" "$(sed -n 's/^done //p' "$work/out")"
     if [ "$1" = tool ]; then sed -n 's/^summary: /    tracer: /p' "$work/trace"; fi
