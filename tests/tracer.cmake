@@ -1,11 +1,17 @@
-# tools/shm-teardown-trace against a real workload (tests/tracer/pool_workload.c): pools freed on the
-# main thread closed first, and on a second thread. Needs root, bpftrace and a mounted tracefs; ctest
-# reports the tests as skipped (exit status 77) when one is missing.
+# tools/shm-teardown-trace: its burst logic on made-up lines (tracer.report), and the whole tool against
+# a real workload (tests/tracer/pool_workload.c): pools freed on the main thread closed first, and on a
+# second thread (tracer.main, tracer.worker). Those two need root, bpftrace and a mounted tracefs;
+# ctest reports them skipped (exit status 77) when one is missing.
 find_package(Python3 COMPONENTS Interpreter)
 if(NOT Python3_Interpreter_FOUND)
     message(STATUS "deferred_unmap: python3 not found, skipping the tracer tests")
     return()
 endif()
+# The burst logic on made-up event lines: runs everywhere, root or not.
+add_test(NAME tracer.report
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tracer/report_test.py ${PROJECT_SOURCE_DIR}/tools)
+set_tests_properties(tracer.report PROPERTIES LABELS tracer)
+
 enable_language(C)
 add_executable(tracer_pool_workload tracer/pool_workload.c)
 set_target_properties(tracer_pool_workload PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON)

@@ -22,6 +22,7 @@ PROGRAM = os.path.join(HERE, "shm-teardown-trace.bt")
 TMPFS_MAGIC_NAMES = ("tmpfs",)
 SYSCALL_KEEP_NS = 60 * 10**9  # a munmap/close of a pool that is freed later is kept this long
 OPEN_STRETCH_WAIT_NS = 2 * 10**9  # a burst waits this long for the main thread to reach its loop
+MAX_BURST_NS = 10 * 10**9  # a burst that never pauses (a pool freed every frame) is cut this often
 TICK_S = 0.02
 
 
@@ -222,16 +223,24 @@ class Tracker:
     def due(self, now):
         """The burst in hand, if its last large pool was freed more than the gap ago and the main
         thread has since come back to its loop (or has not for OPEN_STRETCH_WAIT_NS)."""
+        self._prune(now)
         big = [p for p in pools_of(self.runs).values() if p["bytes"] >= self.min_bytes]
         if not big:
             self._drop_small(now - self.gap_ns)
             return None
         last = max(p["last"] for p in big)
+        if now - min(p["first"] for p in big) > MAX_BURST_NS:
+            return self._cut(last, now)  # continuous churn: printed in slices
         if now - last <= self.gap_ns:
             return None
         if self.open_stretch is not None and now - last <= OPEN_STRETCH_WAIT_NS:
             return None
         return self._cut(last, now)
+
+    def _prune(self, now):
+        """Syscalls and stretches that no burst claimed: kept SYSCALL_KEEP_NS, then forgotten."""
+        self.syscalls = [c for c in self.syscalls if now - c["enter"] < SYSCALL_KEEP_NS]
+        self.stretches = [(s, e) for s, e in self.stretches if now - e < SYSCALL_KEEP_NS]
 
     def _drop_small(self, before):
         """Small pools freed with no large one near them: counted in the summary only."""
@@ -399,58 +408,81 @@ def emit_burst(burst, offset_ns, as_json):
          burst_text(burst, when), as_json)
 
 
+class Session:
+    """One tracing session: bpftrace's lines in, bursts and the summary out."""
+
+    def __init__(self, args, pid):
+        self.args = args
+        self.pid = pid
+        self.offset_ns = time.time_ns() - time.monotonic_ns()
+        self.tracker = Tracker(pid, args.min_bytes, int(args.gap_ms * 1e6))
+        self.started = None
+        self.raw = open(args.raw, "w") if args.raw else None
+
+    def take(self, line):
+        if self.raw:
+            self.raw.write(line + "\n")
+        event = parse_line(line)
+        if event is None:
+            return
+        if event["kind"] == "R":
+            self.started = time.monotonic()
+            print(f"shm-teardown-trace: tracing {process_name(self.pid)} ({self.pid}); Ctrl-C to stop",
+                  file=sys.stderr, flush=True)
+        else:
+            self.tracker.feed(event)
+
+    def flush(self, now_ns):
+        while burst := self.tracker.due(now_ns):
+            emit_burst(burst, self.offset_ns, self.args.json)
+
+    def finish(self):
+        """The last burst goes out whatever the gap, then the summary."""
+        if self.raw:
+            self.raw.close()
+        self.flush(time.monotonic_ns() + 10 * OPEN_STRETCH_WAIT_NS)
+        record = summary(self.tracker, time.monotonic() - self.started)
+        emit(record, summary_text(record), self.args.json)
+
+
+def pump(tracer, session, stop):
+    """Reads bpftrace until it exits; asks it to stop (SIGINT) on ours or when the target is gone."""
+    buffer = [""]
+    interrupted = False
+    while True:
+        if not interrupted and (stop["asked"] or (session.started and not alive(session.pid))):
+            tracer.send_signal(signal.SIGINT)
+            interrupted = True
+        try:
+            ready, _, _ = select.select([tracer.stdout], [], [], TICK_S)
+        except InterruptedError:
+            continue
+        if ready:
+            lines = read_lines(tracer.stdout, buffer)
+            if lines is None:
+                return
+            for line in lines:
+                session.take(line)
+        session.flush(time.monotonic_ns())
+
+
 def run(args):
     pid = resolve_target(args.target)
-    offset_ns = time.time_ns() - time.monotonic_ns()
     stop = {"asked": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(asked=True))
     signal.signal(signal.SIGTERM, lambda *_: stop.update(asked=True))
     with tempfile.TemporaryFile("w+") as errors:
         tracer = start_bpftrace(pid, program_text(pid), errors)
-        tracker = Tracker(pid, args.min_bytes, int(args.gap_ms * 1e6))
-        started = None
-        buffer = [""]
-        raw = open(args.raw, "w") if args.raw else None
-        interrupted = False
-        while True:
-            if (stop["asked"] or (started and not alive(pid))) and not interrupted:
-                tracer.send_signal(signal.SIGINT)
-                interrupted = True
-            try:
-                ready, _, _ = select.select([tracer.stdout], [], [], TICK_S)
-            except InterruptedError:
-                continue
-            if ready:
-                lines = read_lines(tracer.stdout, buffer)
-                if lines is None:
-                    break
-                for line in lines:
-                    if raw:
-                        raw.write(line + "\n")
-                    event = parse_line(line)
-                    if event is None:
-                        continue
-                    if event["kind"] == "R":
-                        started = time.monotonic()
-                        comm = process_name(pid)
-                        print(f"shm-teardown-trace: tracing {comm} ({pid}); Ctrl-C to stop", file=sys.stderr, flush=True)
-                    else:
-                        tracker.feed(event)
-            burst = tracker.due(time.monotonic_ns())
-            if burst:
-                emit_burst(burst, offset_ns, args.json)
+        session = Session(args, pid)
+        pump(tracer, session, stop)
         status = tracer.wait()
-        if raw:
-            raw.close()
-        if started is None:
+        if session.started is None:
+            if stop["asked"]:
+                return 130  # stopped before it attached: nothing to report
             errors.seek(0)
             detail = " ".join(line.strip() for line in errors if "RLIMIT_MEMLOCK" not in line and line.strip())
             die(f"bpftrace did not start (exit status {status}): {detail[:400]}")
-        # The end: the last burst goes out whatever the gap.
-        while burst := tracker.due(time.monotonic_ns() + 10 * OPEN_STRETCH_WAIT_NS):
-            emit_burst(burst, offset_ns, args.json)
-        record = summary(tracker, time.monotonic() - started)
-        emit(record, summary_text(record), args.json)
+        session.finish()
     return 0
 
 
