@@ -2,8 +2,10 @@
 # The tracer against the project's own compositor: shm_compositor in each MODE given, the burst
 # client of ports/README.md (52 pools of 19.8 MiB committed one per frame, then destroyed together),
 # with tools/shm-teardown-trace attached and without it, interleaved, REPS times. Prints one line
-# per run: the client's largest frame-callback gap, the compositor's worst frame, and the tracer's
-# bursts (its JSON lines go to $OUT/<run>.trace.jsonl). Needs root, bpftrace and tracefs.
+# per run: the client's largest frame-callback gap, the compositor's worst frame, the main thread's
+# longest stretch that ended while the client still drew, and the tracer's bursts. In $OUT, per run:
+# the tracer's JSON (<run>.trace.jsonl) and event lines (.trace.raw), and the client's and the
+# compositor's --json reports. Needs root, bpftrace and tracefs.
 #
 #   tests/tracer/compositor_run.sh BUILD_DIR [REPS] [MODE...]     (3; close-first queue+worker)
 #
