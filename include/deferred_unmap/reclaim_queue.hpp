@@ -73,7 +73,7 @@
 namespace deferred_unmap {
 
 template <class Clock = std::chrono::steady_clock, class Os = posix_os>
-class basic_reclaim_queue final : detail::fork_participant {
+class basic_reclaim_queue {
     static_assert(std::chrono::is_clock_v<Clock>, "basic_reclaim_queue<Clock, Os>: Clock must be a std::chrono clock");
     static_assert(os_policy<Os>, "basic_reclaim_queue<Clock, Os>: Os must provide static noexcept map/unmap/close");
 
@@ -108,7 +108,7 @@ public:
         }
         if (!books_.reserve(options_.initial_capacity)) throw_bad_alloc();
         if (options_.close_on_worker || options_.unmap_on_worker) books_.note_worker_error(worker_.start());
-        detail::fork_registry::enroll(*this);
+        detail::fork_registry::enroll(fork_hooks_);
     }
 
     basic_reclaim_queue(const basic_reclaim_queue&) = delete;
@@ -117,7 +117,7 @@ public:
     /// Flushes everything, then stops the worker. Never throws. May block for the whole teardown.
     ~basic_reclaim_queue() {
         flush();
-        detail::fork_registry::leave(*this);
+        detail::fork_registry::leave(fork_hooks_);
     }
 
     /// Takes the pool: its mapping is unmapped first, its descriptor closed after. O(1) amortised,
@@ -312,20 +312,23 @@ private:
     }
 
     // fork(): the step lock, then the books', then the worker's, as every other path takes them.
-    void before_fork() noexcept override DU_NO_THREAD_SAFETY_ANALYSIS {
-        engine_.lock_for_fork();
-        books_.lock_for_fork();
-        worker_.lock_for_fork();
+    static void before_fork(void* self) noexcept DU_NO_THREAD_SAFETY_ANALYSIS {
+        auto* q = static_cast<basic_reclaim_queue*>(self);
+        q->engine_.lock_for_fork();
+        q->books_.lock_for_fork();
+        q->worker_.lock_for_fork();
     }
-    void after_fork_in_parent() noexcept override DU_NO_THREAD_SAFETY_ANALYSIS {
-        worker_.unlock_after_fork();
-        books_.unlock_after_fork();
-        engine_.unlock_after_fork();
+    static void after_fork_in_parent(void* self) noexcept DU_NO_THREAD_SAFETY_ANALYSIS {
+        auto* q = static_cast<basic_reclaim_queue*>(self);
+        q->worker_.unlock_after_fork();
+        q->books_.unlock_after_fork();
+        q->engine_.unlock_after_fork();
     }
-    void after_fork_in_child() noexcept override {
-        engine_.renew_after_fork();
-        books_.renew_after_fork();
-        worker_.renew_after_fork();
+    static void after_fork_in_child(void* self) noexcept {
+        auto* q = static_cast<basic_reclaim_queue*>(self);
+        q->engine_.renew_after_fork();
+        q->books_.renew_after_fork();
+        q->worker_.renew_after_fork();
     }
 
     const reclaim_options options_;
@@ -333,7 +336,8 @@ private:
     detail::step_engine<Clock, Os> engine_;
     typename detail::step_engine<Clock, Os>::hand_off_fn hand_off_;  // empty unless hands_off_closes()
     typename detail::step_engine<Clock, Os>::hand_off_fn hand_off_or_wait_;  // the same, for runs with no budget
-    detail::worker<Clock, Os> worker_;  // last: its thread stops before the rest goes
+    detail::worker<Clock, Os> worker_;  // its thread stops before the rest goes
+    detail::fork_participant fork_hooks_{this, &before_fork, &after_fork_in_parent, &after_fork_in_child};
 };
 
 using reclaim_queue = basic_reclaim_queue<std::chrono::steady_clock, posix_os>;

@@ -11,36 +11,44 @@
 
 #include <pthread.h>
 
-#include <mutex>
-#include <new>
-
-#include "thread_annotations.hpp"
+#include <type_traits>
 
 namespace deferred_unmap::detail {
 
-/// Something with locks that must be consistent in a child of fork(). The three hooks run with the
-/// registry's lock held, in the forking thread (the child's only thread for the last one).
+/// Something with locks that must be consistent in a child of fork(): three hooks on one object, run
+/// with the registry's lock held, in the forking thread (the child's only thread for the last).
+/// Function pointers, not virtuals, so a queue holds one as a plain member.
 class fork_participant {
 public:
-    /// Takes every lock of this object; a lock held by another thread is waited for.
-    virtual void before_fork() noexcept = 0;
-    /// Releases what before_fork() took.
-    virtual void after_fork_in_parent() noexcept = 0;
-    /// Renews every lock and drops what belonged to threads that the child does not have.
-    virtual void after_fork_in_child() noexcept = 0;
+    using hook = void (*)(void* self) noexcept;
 
+    /// `before` takes every lock of `self` (a lock held by another thread is waited for); `in_parent`
+    /// releases them; `in_child` renews them and drops what belonged to threads the child lacks.
+    fork_participant(void* self, hook before, hook in_parent, hook in_child) noexcept
+        : self_(self), before_(before), in_parent_(in_parent), in_child_(in_child) {}
     fork_participant(const fork_participant&) = delete;
     fork_participant& operator=(const fork_participant&) = delete;
-
-protected:
-    fork_participant() noexcept = default;
     ~fork_participant() = default;
 
 private:
     friend class fork_registry;
+    void* self_;
+    hook before_;
+    hook in_parent_;
+    hook in_child_;
     fork_participant* prev_ = nullptr;
     fork_participant* next_ = nullptr;
 };
+
+// The registry's state. Constant-initialized and trivially destructible: a queue with static storage
+// may be made before, and destroyed after, any other static.
+struct fork_registry_state {
+    pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+    fork_participant* head = nullptr;
+    bool handlers_installed = false;
+};
+static_assert(std::is_trivially_destructible_v<fork_registry_state>);
+inline constinit fork_registry_state fork_state{};
 
 /// The process's participants and the one pthread_atfork registration that serves them all.
 class fork_registry {
@@ -48,54 +56,38 @@ public:
     /// Adds `p`. O(1); registers the fork handlers on first use (where pthread_atfork fails, for lack
     /// of memory, the next enroll tries again). Blocks while a fork is under way.
     static void enroll(fork_participant& p) noexcept {
-        state& s = get();
-        const std::lock_guard lock(s.mutex);
-        if (!s.handlers_installed) s.handlers_installed = ::pthread_atfork(&prepare, &parent, &child) == 0;
+        ::pthread_mutex_lock(&fork_state.mutex);
+        if (!fork_state.handlers_installed) fork_state.handlers_installed = ::pthread_atfork(&prepare, &parent, &child) == 0;
         p.prev_ = nullptr;
-        p.next_ = s.head;
-        if (s.head != nullptr) s.head->prev_ = &p;
-        s.head = &p;
+        p.next_ = fork_state.head;
+        if (fork_state.head != nullptr) fork_state.head->prev_ = &p;
+        fork_state.head = &p;
+        ::pthread_mutex_unlock(&fork_state.mutex);
     }
 
     /// Removes `p`, which must be enrolled. O(1). Blocks while a fork is under way.
     static void leave(fork_participant& p) noexcept {
-        state& s = get();
-        const std::lock_guard lock(s.mutex);
-        (p.prev_ != nullptr ? p.prev_->next_ : s.head) = p.next_;
+        ::pthread_mutex_lock(&fork_state.mutex);
+        (p.prev_ != nullptr ? p.prev_->next_ : fork_state.head) = p.next_;
         if (p.next_ != nullptr) p.next_->prev_ = p.prev_;
         p.prev_ = p.next_ = nullptr;
+        ::pthread_mutex_unlock(&fork_state.mutex);
     }
 
 private:
-    struct state {
-        std::mutex mutex;
-        fork_participant* head = nullptr;
-        bool handlers_installed = false;
-    };
-
-    // Never destroyed, and not allocated: a queue with static storage may be destroyed after any other
-    // static, and enrolling must not fail.
-    static state& get() noexcept {
-        alignas(state) static unsigned char storage[sizeof(state)];
-        static state* const instance = new (storage) state;
-        return *instance;
-    }
-
     // The registry's lock is held from prepare() to parent() or child(), across the fork itself.
-    static void prepare() noexcept DU_NO_THREAD_SAFETY_ANALYSIS {
-        state& s = get();
-        s.mutex.lock();
-        for (fork_participant* p = s.head; p != nullptr; p = p->next_) p->before_fork();
+    static void prepare() noexcept {
+        ::pthread_mutex_lock(&fork_state.mutex);
+        for (fork_participant* p = fork_state.head; p != nullptr; p = p->next_) p->before_(p->self_);
     }
-    static void parent() noexcept DU_NO_THREAD_SAFETY_ANALYSIS {
-        state& s = get();
-        for (fork_participant* p = s.head; p != nullptr; p = p->next_) p->after_fork_in_parent();
-        s.mutex.unlock();
+    static void parent() noexcept {
+        for (fork_participant* p = fork_state.head; p != nullptr; p = p->next_) p->in_parent_(p->self_);
+        ::pthread_mutex_unlock(&fork_state.mutex);
     }
-    static void child() noexcept DU_NO_THREAD_SAFETY_ANALYSIS {
-        state& s = get();
-        for (fork_participant* p = s.head; p != nullptr; p = p->next_) p->after_fork_in_child();
-        s.mutex.unlock();
+    static void child() noexcept {
+        for (fork_participant* p = fork_state.head; p != nullptr; p = p->next_) p->in_child_(p->self_);
+        // The forking thread is the child's only thread, and it holds this lock.
+        ::pthread_mutex_unlock(&fork_state.mutex);
     }
 };
 
