@@ -410,6 +410,15 @@ static void test_options_grow_without_breaking_older_callers(void) {
     du_queue_destroy(q);
 }
 
+/* Each of `bad` in `*field` of `opts` (otherwise valid) makes du_queue_create_with fail with EINVAL. */
+static void expect_refused(du_queue_options *opts, int64_t *field, const int64_t *bad, size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+        *field = bad[i];
+        errno = 0;
+        CHECK(du_queue_create_with(opts) == NULL && errno == EINVAL);
+    }
+}
+
 static void test_bad_priors_are_refused(void) {
     const double bad[] = {-1.0, NAN, INFINITY};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
@@ -430,19 +439,11 @@ static void test_bad_priors_are_refused(void) {
     du_queue_options_init(&opts);
     CHECK(opts.max_step_ns == 200000);
     const int64_t bad_steps[] = {0, -1};
-    for (size_t i = 0; i < sizeof bad_steps / sizeof bad_steps[0]; ++i) {
-        opts.max_step_ns = bad_steps[i];
-        errno = 0;
-        CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
-    }
+    expect_refused(&opts, &opts.max_step_ns, bad_steps, sizeof bad_steps / sizeof bad_steps[0]);
     du_queue_options_init(&opts);
     CHECK(opts.worker_pause_ns == 100000);
     const int64_t bad_worker_pauses[] = {-1, 10000001, INT64_MAX};
-    for (size_t i = 0; i < sizeof bad_worker_pauses / sizeof bad_worker_pauses[0]; ++i) {
-        opts.worker_pause_ns = bad_worker_pauses[i];
-        errno = 0;
-        CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
-    }
+    expect_refused(&opts, &opts.worker_pause_ns, bad_worker_pauses, sizeof bad_worker_pauses / sizeof bad_worker_pauses[0]);
     du_queue_options_init(&opts);
     CHECK(opts.max_pending_items == 16384);
     opts.max_pending_items = 0;
