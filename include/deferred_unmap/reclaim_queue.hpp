@@ -311,17 +311,17 @@ private:
         engine_.tear_down_now(it);
     }
 
-    // fork(): the step lock, then the books', then the worker's, as every other path takes them.
+    // fork(): the step lock, then the worker's, then the books', as every other path takes them.
     static void before_fork(void* self) noexcept DU_NO_THREAD_SAFETY_ANALYSIS {
         auto* q = static_cast<basic_reclaim_queue*>(self);
         q->engine_.lock_for_fork();
-        q->books_.lock_for_fork();
         q->worker_.lock_for_fork();
+        q->books_.lock_for_fork();
     }
     static void after_fork_in_parent(void* self) noexcept DU_NO_THREAD_SAFETY_ANALYSIS {
         auto* q = static_cast<basic_reclaim_queue*>(self);
-        q->worker_.unlock_after_fork();
         q->books_.unlock_after_fork();
+        q->worker_.unlock_after_fork();
         q->engine_.unlock_after_fork();
     }
     static void after_fork_in_child(void* self) noexcept {

@@ -2,7 +2,8 @@
 //
 // The step lock is held while steps run (by a drain, a flush, a push over the cap, or the unmapping
 // worker); it guards the items in flight and the learned model. A drain never waits for it longer than
-// its own budget. Lock order: step lock, then the backlog's or the worker's lock, never the reverse.
+// its own budget. Lock order: step lock, then the worker's, then the backlog's, never the reverse (the
+// worker books a close under its own lock; a fork takes all three in this order).
 #pragma once
 
 #include <algorithm>

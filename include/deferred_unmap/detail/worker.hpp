@@ -109,7 +109,7 @@ public:
         running_ = false;
     }
 
-    // ---- fork(): see fork_guard.hpp. The queue calls these after its step lock and the books' lock.
+    // ---- fork(): see fork_guard.hpp. The queue takes this lock after its step lock, before the books'.
 
     void lock_for_fork() DU_ACQUIRE(mutex_) { mutex_.lock(); }
     void unlock_after_fork() DU_RELEASE(mutex_) { mutex_.unlock(); }
@@ -125,9 +125,9 @@ public:
         running_ = false;
         waiters_ = 0;
         const auto now = Clock::now();
-        if (in_hand_) books_.record_worker_close(std::chrono::nanoseconds{0}, 0, now);
+        if (in_hand_) book({std::chrono::nanoseconds{0}, 0, now});
         in_hand_ = busy_ = false;
-        while (!closes_.empty()) close(closes_.pop_front());
+        while (!closes_.empty()) book(close(closes_.pop_front()));
     }
 
     [[nodiscard]] int done_fd() const noexcept { return done_read_.get(); }
@@ -162,8 +162,11 @@ private:
                 const close_job job = closes_.pop_front();
                 in_hand_ = true;
                 mutex_.unlock();
-                close(job);
+                const closed done = close(job);
                 mutex_.lock();
+                // Booked under this lock, with in_hand_ cleared: a fork's child sees the close either
+                // booked or in hand, never both (before_fork takes this lock, then the books').
+                book(done);
                 in_hand_ = busy_ = false;
                 worked_ = true;
                 continue;
@@ -179,12 +182,21 @@ private:
         mutex_.unlock();
     }
 
-    void close(const close_job& job) noexcept {
+    struct closed {
+        std::chrono::nanoseconds took;
+        unsigned errors;
+        typename Clock::time_point when;
+    };
+
+    // The close(2) alone, outside every lock.
+    closed close(const close_job& job) const noexcept {
         const auto before = Clock::now();
         const unsigned errors = close_once<Os>(job.fd, options_.on_error);
         const auto after = Clock::now();
-        books_.record_worker_close(elapsed<Clock>(before, after), errors, after);
+        return {elapsed<Clock>(before, after), errors, after};
     }
+
+    void book(const closed& done) DU_REQUIRES(mutex_) { books_.record_worker_close(done.took, done.errors, done.when); }
 
     void announce_idle() DU_REQUIRES(mutex_) {
         idle_cv_.notify_all();
