@@ -95,8 +95,8 @@ typedef struct du_queue_options {
                                    not used with unmap_on_worker (worker_pause_ns is) */
     double max_step_deviations; /* steps leave room in max_step_ns for a munmap this many learned
                                    deviations slower than the mean; finite and >= 0 (default 2) */
-    size_t max_pending_items;   /* a push beyond this many items waiting reclaims the oldest at once;
-                                   > 0 (default 16384) */
+    uint64_t max_pending_items; /* a push beyond this many items waiting reclaims the oldest at once;
+                                   > 0 (default 16384); uint64_t so no layout pads after it */
 } du_queue_options;
 
 /* Totals since the queue was made, and the last burst (from a push into an empty queue until it was

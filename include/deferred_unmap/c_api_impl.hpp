@@ -77,7 +77,7 @@ inline constexpr std::size_t earlier_options_sizes[] = {
 static_assert(std::ranges::all_of(earlier_options_sizes,
                                    [](std::size_t size) { return size % alignof(du_queue_options) == 0; }),
               "an entry is not a sizeof: add the size the struct had, padding included");
-static_assert(offsetof(du_queue_options, max_pending_items) + sizeof(std::size_t) == sizeof(du_queue_options),
+static_assert(offsetof(du_queue_options, max_pending_items) + sizeof(std::uint64_t) == sizeof(du_queue_options),
               "a field was appended to du_queue_options: add the sizeof the struct had before it above");
 
 // What a caller compiled against another header passed: its fields over the defaults of the rest.
@@ -112,7 +112,7 @@ inline reclaim_options to_options(const du_queue_options& opts) noexcept {
     options.max_step = std::chrono::nanoseconds{opts.max_step_ns};
     options.drain_pause = std::chrono::nanoseconds{opts.drain_pause_ns};
     options.max_step_deviations = opts.max_step_deviations;
-    options.max_pending_items = opts.max_pending_items;
+    options.max_pending_items = static_cast<std::size_t>(std::min<std::uint64_t>(opts.max_pending_items, SIZE_MAX));
     if (opts.on_error != nullptr) {
         options.on_error = [fn = opts.on_error, data = opts.on_error_data](const reclaim_error& e) {
             const du_error error{e.op == reclaim_error::operation::unmap ? DU_OP_UNMAP : DU_OP_CLOSE, e.error, e.addr,

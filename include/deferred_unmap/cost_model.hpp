@@ -11,7 +11,8 @@
 //   deferred_unmap::cost_model model;                      // priors measured on a 2-core VM
 //   auto cost = model.predict_unmap(2 << 20);              // ~ 100 us
 //   model.learn_unmap(2 << 20, std::chrono::microseconds{60});
-//   deferred_unmap::reclaim_queue q{{.prior = model}};     // start from a tuned model
+//   deferred_unmap::reclaim_queue q{{.prior = model}};     // start from a tuned model: its munmap
+//                                                          // rate is also each pool's first-step floor
 #pragma once
 
 #include <algorithm>

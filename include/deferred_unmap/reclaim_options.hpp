@@ -27,14 +27,15 @@ inline constexpr std::chrono::nanoseconds max_worker_pause = std::chrono::millis
 
 struct reclaim_options {
     /// Largest munmap per step, rounded up to whole pages: a cap for when the model is wrong, since
-    /// max_step sizes the steps. 64 MiB lets a fast machine unmap a 19.8 MiB pool in one step; each
-    /// cut costs CPU (2 MiB steps ~8% more in total than one munmap of such a pool, 512 KiB ~30%).
+    /// max_step sizes the steps (at the default prior, a pool's first step is about 3.8 MiB and its
+    /// later ones at most twice that). Each cut costs CPU (2 MiB steps ~8% more in total than one
+    /// munmap of a 19.8 MiB pool, 512 KiB ~30%).
     std::size_t unmap_chunk_bytes = std::size_t{64} << 20;
     /// Longest a munmap step is predicted to take (and so to hold mmap_lock). Pools differ (one the
     /// compositor read has page tables to clear, one it never read has none), so each pool's first step
     /// is sized at the cautious rate R = max(prior.unmap_ns_per_byte, the learned
-    /// unmap_ns_per_byte_high(max_step_deviations)), and its later steps at its own first step's rate
-    /// (as many deviations high), but never past twice the first: however many cheap pools taught the
+    /// unmap_ns_per_byte_high(max_step_deviations)), and its later steps at the rate of its own last
+    /// step (as many deviations high), but never past twice the first: however many cheap pools taught the
     /// model, no step of a dear one runs far past max_step. A step takes min(unmap_chunk_bytes, what is
     /// left) where that fits; otherwise what is left is cut evenly into the fewest whole-page steps that
     /// fit, at least one page each, so a slow machine cuts its steps finer and, unless unmap_chunk_bytes
@@ -48,12 +49,14 @@ struct reclaim_options {
     double max_step_deviations = 2.0;
     /// Hard cap on mapped bytes waiting; a push beyond it reclaims the oldest at once until it fits.
     std::size_t max_pending_bytes = std::numeric_limits<std::size_t>::max();
-    /// Hard cap on items waiting for the queue's own steps (closes handed to the worker not counted: it
-    /// makes them as they come); a push beyond it reclaims the oldest at once, as max_pending_bytes does
-    /// (with close_on_worker the pushing thread makes their munmaps and the worker their closes). Each
-    /// waiting item holds a mapping and maybe a descriptor: a client churning small pools must not take
-    /// the process to vm.max_map_count (65,530 by default) or RLIMIT_NOFILE. 16,384 is a quarter of
-    /// the former; a host that keeps pool descriptors and runs near the latter sets it lower. Must be > 0.
+    /// Hard cap on items waiting for the queue's own steps; a push beyond it reclaims the oldest at
+    /// once, as max_pending_bytes does (with close_on_worker the pushing thread makes their munmaps and
+    /// the worker their closes). Each waiting item holds a mapping and maybe a descriptor: a client
+    /// churning small pools must not take the process to vm.max_map_count (65,530 by default). 16,384
+    /// is a quarter of that. Closes already handed to the worker are not counted: their descriptors
+    /// wait only for the worker, which makes them as they come, but on a saturated CPU it may fall
+    /// behind (709 descriptors held with a cap of 16 and closes of 1 ms each, in review), so the cap
+    /// bounds mappings, not descriptors. Must be > 0.
     std::size_t max_pending_items = 16384;
     /// How long work may wait without a drain; see next_deadline(). A negative value counts as zero.
     std::chrono::nanoseconds max_delay = std::chrono::milliseconds{100};

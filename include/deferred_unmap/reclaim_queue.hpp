@@ -33,9 +33,12 @@
 // du-reclaim. Where it cannot be started (no thread, no pipe), the queue tears down inline and
 // stats().worker_error says why. Nothing here throws for it, with or without exceptions.
 //
-// fork(): the forking thread first takes every queue's locks (so it waits for a step another thread
-// is running). The child's queue has no worker and tears down inline; the closes the worker still
-// held are made in the child as it starts, except one it had begun. Never fork from on_error.
+// fork(): the forking thread first takes every queue's locks, so it waits for a step another thread
+// is running, and until the fork returns, push, stats and next_deadline on other threads wait for it
+// (fork from the frame thread, or spawn with posix_spawn, which takes none). The child's queue has no
+// worker and tears down inline; the closes the worker still held are made by the child's next
+// hand-off, flush or wait for the worker, except one it had begun. Never fork from on_error, nor from
+// anything on_error waits for.
 //
 // Idle and worker: pending_items() and empty() count everything not yet torn down, the worker's share
 // included. next_deadline() is when a drain is due, time_point::max() when nothing waits for one, even
@@ -107,8 +110,10 @@ public:
             };
         }
         if (!books_.reserve(options_.initial_capacity)) throw_bad_alloc();
-        if (options_.close_on_worker || options_.unmap_on_worker) books_.note_worker_error(worker_.start());
+        // Enrolled before the worker starts, and leaves after it stops: a fork in between would give
+        // the child a copy whose worker it takes for running.
         detail::fork_registry::enroll(fork_hooks_);
+        if (options_.close_on_worker || options_.unmap_on_worker) books_.note_worker_error(worker_.start());
     }
 
     basic_reclaim_queue(const basic_reclaim_queue&) = delete;
@@ -117,6 +122,7 @@ public:
     /// Flushes everything, then stops the worker. Never throws. May block for the whole teardown.
     ~basic_reclaim_queue() {
         flush();
+        worker_.stop();
         detail::fork_registry::leave(fork_hooks_);
     }
 

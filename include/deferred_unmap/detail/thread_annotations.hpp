@@ -33,6 +33,22 @@ class DU_CAPABILITY("mutex") mutex {
 public:
     void lock() DU_ACQUIRE() { m_.lock(); }
     void unlock() DU_RELEASE() { m_.unlock(); }
+    /// Waits on `cv` with this mutex held, as std::condition_variable::wait does with a unique_lock.
+    /// A plain condition_variable, not _any: renewing one after fork() allocates and leaks nothing.
+    template <class Predicate>
+    void wait(std::condition_variable& cv, Predicate ready) DU_REQUIRES(this) {
+        std::unique_lock held(m_, std::adopt_lock);
+        cv.wait(held, ready);
+        held.release();
+    }
+    /// As wait(), for at most `timeout` of real time; the predicate's last value.
+    template <class Predicate>
+    bool wait_for(std::condition_variable& cv, std::chrono::nanoseconds timeout, Predicate ready) DU_REQUIRES(this) {
+        std::unique_lock held(m_, std::adopt_lock);
+        const bool result = cv.wait_for(held, timeout, ready);
+        held.release();
+        return result;
+    }
     /// In the child of a fork(), whose only thread is the one that forked: an unlocked mutex, whatever
     /// the parent's threads held. The old one is not destroyed (nothing of it is left to release).
     void renew_after_fork() DU_NO_THREAD_SAFETY_ANALYSIS { new (&m_) std::mutex; }

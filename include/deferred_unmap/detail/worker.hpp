@@ -69,7 +69,10 @@ public:
     /// Takes a close; the caller wakes the worker with wake() once it is done handing off. O(1);
     /// allocates only when the ring is full; false when it cannot grow (the caller closes it itself).
     bool hand_off(int fd, std::size_t bytes) DU_EXCLUDES(mutex_) {
-        if (!running_) return false;
+        if (!running_) {
+            close_owed();
+            return false;
+        }
         lock_guard lock(mutex_);
         return closes_.push_back({fd, bytes});
     }
@@ -83,15 +86,18 @@ public:
     void wait_idle() DU_EXCLUDES(mutex_) { (void)wait_idle_for(std::chrono::nanoseconds::max()); }
 
     /// As wait_idle(), for at most `timeout` of real time. True when the worker holds nothing. Without
-    /// a running worker, true at once.
+    /// a running worker, true once the closes a fork left owed are made, on this thread.
     bool wait_idle_for(std::chrono::nanoseconds timeout) DU_EXCLUDES(mutex_) {
-        if (!running_) return true;
+        if (!running_) {
+            close_owed();
+            return true;
+        }
         mutex_.lock();
         ++waiters_;
         cv_.notify_one();
         const auto idle = [this]() DU_REQUIRES(mutex_) { return idle_locked(); };
-        const bool done = timeout == std::chrono::nanoseconds::max() ? (idle_cv_.wait(mutex_, idle), true)
-                                                                     : idle_cv_.wait_for(mutex_, timeout, idle);
+        const bool done = timeout == std::chrono::nanoseconds::max() ? (mutex_.wait(idle_cv_, idle), true)
+                                                                     : mutex_.wait_for(idle_cv_, timeout, idle);
         --waiters_;
         mutex_.unlock();
         return done;
@@ -114,20 +120,21 @@ public:
     void lock_for_fork() DU_ACQUIRE(mutex_) { mutex_.lock(); }
     void unlock_after_fork() DU_RELEASE(mutex_) { mutex_.unlock(); }
 
-    /// In the child: the thread is gone. Its closes still waiting are made here, oldest first, so the
-    /// child's own closes keep their order after them; a close the thread had begun is booked but not
-    /// repeated, as it may have been made already and its number given to another descriptor.
+    /// In the child: the thread is gone. The closes still in its ring stay owed: made, oldest first, by
+    /// the child's next hand-off, flush or wait (so before any close of its own), not in the fork
+    /// handler, which a fork+exec would pay for nothing and where on_error must not run. A close the
+    /// thread had begun is booked but not repeated, as it may have been made already and its number
+    /// given to another descriptor. Allocates nothing.
     void renew_after_fork() DU_NO_THREAD_SAFETY_ANALYSIS {
         mutex_.renew_after_fork();
-        new (&cv_) std::condition_variable_any;
-        new (&idle_cv_) std::condition_variable_any;
+        new (&cv_) std::condition_variable;
+        new (&idle_cv_) std::condition_variable;
         thread_.forget_after_fork();
         running_ = false;
         waiters_ = 0;
         const auto now = Clock::now();
         if (in_hand_) book({std::chrono::nanoseconds{0}, 0, now});
         in_hand_ = busy_ = false;
-        while (!closes_.empty()) book(close(closes_.pop_front()));
     }
 
     [[nodiscard]] int done_fd() const noexcept { return done_read_.get(); }
@@ -155,7 +162,7 @@ private:
         mutex_.lock();
         for (;;) {
             if (idle_locked()) announce_idle();
-            cv_.wait(mutex_, [this]() DU_REQUIRES(mutex_) { return has_work() || stopping_; });
+            mutex_.wait(cv_, [this]() DU_REQUIRES(mutex_) { return has_work() || stopping_; });
             if (stopping_) break;
             busy_ = true;
             if (!closes_.empty()) {
@@ -177,7 +184,7 @@ private:
             busy_ = false;
             worked_ = worked_ || more;
             // The pause lets a waiting mmap() have the lock; a flush waiting on the worker cuts it short.
-            if (more) cv_.wait_for(mutex_, options_.worker_pause, [this]() DU_REQUIRES(mutex_) { return waiters_ > 0 || stopping_; });
+            if (more) mutex_.wait_for(cv_, options_.worker_pause, [this]() DU_REQUIRES(mutex_) { return waiters_ > 0 || stopping_; });
         }
         mutex_.unlock();
     }
@@ -196,6 +203,12 @@ private:
         return {elapsed<Clock>(before, after), errors, after};
     }
 
+    // Without a running worker (a fork's child): the ring's closes, made here, oldest first.
+    void close_owed() DU_EXCLUDES(mutex_) {
+        lock_guard lock(mutex_);
+        while (!closes_.empty()) book(close(closes_.pop_front()));
+    }
+
     void book(const closed& done) DU_REQUIRES(mutex_) { books_.record_worker_close(done.took, done.errors, done.when); }
 
     void announce_idle() DU_REQUIRES(mutex_) {
@@ -212,8 +225,8 @@ private:
     const reclaim_options& options_;
 
     mutex mutex_;
-    std::condition_variable_any cv_;       // work arrived, a waiter arrived, or stop
-    std::condition_variable_any idle_cv_;  // the worker ran out of work
+    std::condition_variable cv_;       // work arrived, a waiter arrived, or stop
+    std::condition_variable idle_cv_;  // the worker ran out of work
     ring<close_job> closes_ DU_GUARDED_BY(mutex_);
     bool busy_ DU_GUARDED_BY(mutex_) = false;
     bool in_hand_ DU_GUARDED_BY(mutex_) = false;    // busy_ with a close popped from closes_
