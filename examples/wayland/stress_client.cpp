@@ -18,6 +18,12 @@
 // and that lands in its gaps whatever the compositor does. It holds --frames pools of memory and as
 // many descriptors from the start (150 frames of 30 MiB: 4.4 GiB, 150 descriptors).
 //
+// Every pool's memfd is sealed with F_SEAL_SHRINK: the kernel makes a udmabuf only of a memfd that
+// carries that seal (drivers/dma-buf/udmabuf.c, SEALS_WANTED), so KWin 6.7's shm import through
+// udmabuf (GpuManager::createUdmabuf) can engage for these pools wherever /dev/udmabuf exists. The
+// seal forbids shrinking only: growing the file stays allowed, and wl_shm_pool.resize does not touch
+// the file. --shrink leaves its memfd unsealed (it must truncate it).
+//
 // --shrink: commits a buffer whose memfd it has truncated to zero; the compositor must answer with a
 // protocol error (wl_shm.error.invalid_fd) and live on: the client then reconnects and draws --frames
 // frames. Exit status 0 when all of that happened.
@@ -59,6 +65,7 @@ struct options {
     std::string json;
     bool shrink = false;
     bool prepare_ahead = false;
+    bool seal = true;  // F_SEAL_SHRINK on every memfd (off for --shrink, which must truncate one)
 };
 
 volatile std::sig_atomic_t stop_requested = 0;
@@ -162,15 +169,17 @@ void draw(client_buffer& b, std::size_t bytes, long frame) {
     for (std::size_t i = 0; i < bytes / sizeof(std::uint32_t); i += words_per_page) pixels[i] = colour;
 }
 
-// A memfd of `pool_bytes` whose first stride x rows bytes are drawn; -1 (with a message) on failure.
-int prepare_memory(std::size_t pool_bytes, std::int32_t stride, std::int32_t rows, long frame) {
+// A memfd of `pool_bytes` whose first stride x rows bytes are drawn, sealed against shrinking when
+// `seal`; -1 (with a message) on failure.
+int prepare_memory(std::size_t pool_bytes, std::int32_t stride, std::int32_t rows, long frame, bool seal) {
     client_buffer memory;
     memory.bytes = pool_bytes;
-    memory.fd = ::memfd_create("stress_client-pool", MFD_CLOEXEC);
+    memory.fd = ::memfd_create("stress_client-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     // fallocate and MAP_POPULATE allocate the pages in two calls rather than one fault per page, which
     // on a VM costs more than everything else the client does: the compositor's share is what is measured.
     if (memory.fd < 0 || ::ftruncate(memory.fd, static_cast<off_t>(pool_bytes)) != 0 ||
         ::fallocate(memory.fd, 0, 0, static_cast<off_t>(pool_bytes)) != 0 ||
+        (seal && ::fcntl(memory.fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) ||
         (memory.data = ::mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memory.fd, 0)) ==
             MAP_FAILED) {
         std::perror("stress_client: memfd pool");
@@ -196,7 +205,7 @@ int next_memory(connection& c, std::size_t pool_bytes, std::int32_t width, std::
         return fd;
     }
     const std::int32_t stride = width * 4;
-    return prepare_memory(pool_bytes, stride, rows_for(height, pool_bytes, stride), c.frames_drawn);
+    return prepare_memory(pool_bytes, stride, rows_for(height, pool_bytes, stride), c.frames_drawn, c.opt.seal);
 }
 
 client_buffer* make_buffer(connection& c, std::size_t pool_bytes, std::int32_t width, std::int32_t height, bool resize) {
@@ -221,7 +230,7 @@ bool prepare_all(connection& c) {
     const std::int32_t stride = c.opt.width * 4;
     const std::int32_t rows = rows_for(c.opt.height, c.opt.pool_bytes, stride);
     for (long frame = c.opt.frames - 1; frame >= 0; --frame) {
-        const int fd = prepare_memory(c.opt.pool_bytes, stride, rows, frame);
+        const int fd = prepare_memory(c.opt.pool_bytes, stride, rows, frame, c.opt.seal);
         if (fd < 0) return false;
         c.prepared.push_back(fd);
     }
@@ -403,7 +412,9 @@ outcome commit_truncated(connection& c) {
 }
 
 int run_shrink(const options& opt) {
-    connection first{opt};
+    options unsealed = opt;
+    unsealed.seal = false;
+    connection first{unsealed};
     const outcome cut = commit_truncated(first);
     const wl_interface* interface = nullptr;
     const bool expected = cut == outcome::protocol_error &&
