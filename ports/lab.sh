@@ -1,29 +1,101 @@
 #!/usr/bin/env bash
-# ports/lab.sh - build KWin 6.3.6 and wlroots 0.18.2 stock and patched with deferred_unmap inside a
-# Debian trixie root, and measure them side by side with the project's stress client.
+# ports/lab.sh - build KWin, wlroots and libwayland stock and patched with deferred_unmap inside a
+# Debian root (trixie or sid), and measure them side by side with the project's stress client and,
+# on the compositor, tools/shm-teardown-trace.
 #
-#   sudo ports/lab.sh setup   DIR        # trixie root, stock compositors, build deps, sources (~6 min)
-#   sudo ports/lab.sh build   DIR        # stock + patched kwin_wayland, libwlroots, clients (~45 min first time)
-#   sudo ports/lab.sh measure DIR [--reps N] [--variant NAME=PATCH[,PATCH...] ...] [--kwin-variant NAME=PATCH[,...] ...]
-#                                 [--only kwin,sway,weston,shm_compositor]
-#   (--variant: an extra wlroots build, e.g. a peer's patch; --kwin-variant: the KWin series plus more)
-#   sudo ports/lab.sh umount  DIR        # undo the bind mounts (before rm -rf --one-file-system DIR)
+#   sudo ports/lab.sh setup   DIR [--suite trixie|sid]     # root, stock compositors, build deps, sources
+#   sudo ports/lab.sh build   DIR [--only kwin|wlroots|wayland] [--builds LIST]
+#                                 [--variant NAME=PATCH[,PATCH...] ...] [--kwin-variant NAME=PATCH[,...] ...]
+#   sudo ports/lab.sh measure DIR [--reps N] [--only LIST] [--builds LIST] [--no-tracer | --tracer on|off|both]
+#                                 [--variant NAME=PATCH[,...] ...] [--kwin-variant NAME=PATCH[,...] ...]
+#   sudo ports/lab.sh umount  DIR                            # before rm -rf --one-file-system DIR
+#
+#   --suite:        trixie (default) or sid; remembered in DIR/etc/lab-suite, so build and measure
+#                   take no flag. sid needs git clones holding wayland's and wlroots' release tags
+#                   (the archive has no tarball of either): WAYLAND_GIT=PATH WLROOTS_GIT=PATH, or
+#                   --wayland-git PATH --wlroots-git PATH.
+#   --only:         build: one of kwin, wlroots, wayland; measure: a comma-separated list of
+#                   kwin, sway, labwc, weston, mutter, shm_compositor
+#   --builds:       a comma-separated list of build names (stock, ours, a variant's NAME)
+#   --variant:      an extra wlroots build (a peer's patch, one of ours alone)
+#   --kwin-variant: the KWin series plus more patches
+#   --tracer both:  every burst and churn client once without the tracer and once with it (its overhead)
+#
+# Several lab.sh may run at once on one root (a helper rebuilding kwin-ours while the stock wlroots
+# builds): they wait for each other through flock on DIR/.lab-build.lock (the one KWin tree),
+# DIR/.lab-build-wlroots.lock, DIR/.lab-build-wayland.lock and DIR/.lab-library.lock (exclusive to
+# install the library, shared by every build but stock, which compile against it). measure takes
+# all four, so no build runs during a measurement.
 #
 # See ports/README.md for what each step does, how long it takes and what it prints.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-
-KWIN_VERSION=6.3.6
-KWIN_DEP_VERSION=6.3.4   # what trixie ships of KDecoration3/KWayland/Plasma
-WLROOTS_VERSION=0.18.2
 JOBS=${JOBS:-$(nproc)}
+
+# Per suite, in one place: the releases the suite ships (the lab builds the same ones, so that the
+# suite's own compositor binaries load them), and the series for them under ports/.
+suite_config() {
+    SUITE=$1
+    case $SUITE in
+    trixie)
+        KWIN_VERSION=6.3.6
+        KWIN_DEP_VERSION=6.3.4   # 6.3.6 asks for KDecoration3/KWayland/Plasma 6.3.6; trixie ships 6.3.4
+        KWIN_TESTING=OFF         # the backport series has no autotest
+        WLROOTS_VERSION=0.18.2   # from the archive (apt-get source)
+        WAYLAND_VERSION=         # not built: weston runs on Debian's libwayland
+        KWIN_SERIES=kwin/backport-6.3
+        WLROOTS_SERIES=wlroots/backport-0.18
+        WAYLAND_SERIES=
+        PACKAGES="kwin-wayland sway weston"
+        BUILD_DEPS="kwin wlroots"
+        ;;
+    sid)
+        KWIN_VERSION=6.7.4
+        KWIN_DEP_VERSION=        # sid ships the KDecoration3/KWayland/Plasma 6.7.4 asks for
+        KWIN_TESTING=ON          # the series adds an autotest, built from the same tree
+        WLROOTS_VERSION=0.20.2   # from WLROOTS_GIT (no tarball in the archive)
+        WAYLAND_VERSION=1.26.0   # from WAYLAND_GIT; Mutter 51 and weston 16 run on it
+        KWIN_SERIES=kwin
+        WLROOTS_SERIES=wlroots
+        WAYLAND_SERIES=libwayland
+        # wlr-randr gives labwc's headless output the 2880x1800 mode sway gets from its config.
+        PACKAGES="kwin-wayland sway labwc weston mutter dbus-user-session gsettings-desktop-schemas bpftrace wlr-randr"
+        # build-dep of a binary package picks its source: sid holds wlroots 0.19 and 0.20 sources.
+        BUILD_DEPS="kwin libwlroots-0.20-dev wayland"
+        ;;
+    *) die "unknown suite '$SUITE' (trixie or sid)" ;;
+    esac
+    WLROOTS_LIB=libwlroots-${WLROOTS_VERSION%.*}.so
+}
 
 die() { echo "lab.sh: $*" >&2; exit 1; }
 log() { echo "lab.sh: $*" >&2; }
 
 need_root() { [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot, bind mounts)"; }
+
+# load_suite DIR: the suite setup recorded in the root (roots made before suites existed are trixie)
+load_suite() {
+    local suite=trixie
+    [ -r "$1/etc/lab-suite" ] && suite=$(cat "$1/etc/lab-suite")
+    suite_config "$suite"
+}
+
+# lock VAR FILE -s|-x: flock FILE on a new descriptor (stored in VAR), saying so when it has to wait
+lock() {
+    local var=$1 file=$2 mode=$3 fd
+    exec {fd}>>"$file"
+    printf -v "$var" %s "$fd"
+    flock -n "$mode" "$fd" || { log "waiting for $file (another lab.sh holds it)"; flock "$mode" "$fd"; }
+}
+
+# series_patches KIND-DIR: the *.patch files of ports/KIND-DIR in order (none when it does not exist)
+series_patches() {
+    local d=$here/$1
+    [ -d "$d" ] || return 0
+    find "$d" -maxdepth 1 -name '*.patch' | LC_ALL=C sort
+}
 
 # ---- the root ----
 
@@ -68,56 +140,166 @@ add_deb_src() {
     fi
 }
 
+# check_git_tag VAR PATH TAG: PATH (from VAR) is a git repository holding TAG
+check_git_tag() {
+    local var=$1 path=$2 tag=$3
+    [ -n "$path" ] || die "$SUITE needs a git clone holding tag $tag (no tarball in the archive): give its path as $var=PATH or --$(echo "${var%_GIT}" | tr 'A-Z' 'a-z')-git PATH"
+    git -c safe.directory='*' -C "$path" rev-parse -q --verify "refs/tags/$tag^{commit}" >/dev/null \
+        || die "$var=$path: not a git repository with tag $tag"
+}
+
+# git_source PATH TAG NAME DIR: `git archive` of TAG from the clone at PATH into DIR/src/NAME
+git_source() {
+    local path=$1 tag=$2 name=$3 dir=$4
+    [ -d "$dir/src/$name" ] && return 0
+    git -c safe.directory='*' -C "$path" archive --prefix="$name/" "refs/tags/$tag" | tar -x -C "$dir/src"
+}
+
+install_packages() {
+    local dir=$1
+    log "stock compositors, build dependencies of $BUILD_DEPS, build tools (trixie ~4 min)"
+    in_root "$dir" "apt-get update -q && apt-get install -y -q --no-install-recommends \
+        $PACKAGES dbus dbus-daemon procps psmisc jq \
+        && apt-get build-dep -y -q $BUILD_DEPS \
+        && apt-get install -y -q --no-install-recommends build-essential cmake ninja-build meson pkg-config git \
+           libwayland-dev wayland-protocols xz-utils ca-certificates python3 patch"
+}
+
+# fetch_sources DIR: KWin from the archive, wlroots and libwayland from the archive (trixie) or the
+# git clones (sid), each unpacked to DIR/src/NAME-VERSION
+fetch_sources() {
+    local dir=$1
+    log "sources: kwin $KWIN_VERSION, wlroots $WLROOTS_VERSION${WAYLAND_VERSION:+, wayland $WAYLAND_VERSION}"
+    mkdir -p "$dir/src"
+    in_root "$dir" "cd /src && { [ -d kwin-$KWIN_VERSION ] || { apt-get source -q --download-only kwin || true; \
+        tar xf kwin_$KWIN_VERSION.orig.tar.xz; }; }"
+    [ -d "$dir/src/kwin-$KWIN_VERSION" ] || die "kwin $KWIN_VERSION source did not unpack"
+    if [ "$SUITE" = trixie ]; then
+        in_root "$dir" "cd /src && { [ -d wlroots-$WLROOTS_VERSION ] || { apt-get source -q --download-only wlroots \
+            && tar xf wlroots_$WLROOTS_VERSION.orig.tar.*; }; }"
+    else
+        git_source "$WLROOTS_GIT" "$WLROOTS_VERSION" "wlroots-$WLROOTS_VERSION" "$dir"
+        git_source "$WAYLAND_GIT" "$WAYLAND_VERSION" "wayland-$WAYLAND_VERSION" "$dir"
+        [ -d "$dir/src/wayland-$WAYLAND_VERSION" ] || die "wayland $WAYLAND_VERSION source did not unpack"
+    fi
+    [ -d "$dir/src/wlroots-$WLROOTS_VERSION" ] || die "wlroots $WLROOTS_VERSION source did not unpack"
+}
+
 cmd_setup() {
     need_root
-    local dir=$1
+    local dir=$1 suite=trixie; shift
+    while [ $# -gt 0 ]; do
+        case $1 in
+        --suite) suite=$2; shift 2 ;;
+        --wayland-git) WAYLAND_GIT=$2; shift 2 ;;
+        --wlroots-git) WLROOTS_GIT=$2; shift 2 ;;
+        *) die "setup: unknown option $1" ;;
+        esac
+    done
+    suite_config "$suite"
+    if [ -r "$dir/etc/lab-suite" ] && [ "$(cat "$dir/etc/lab-suite")" != "$suite" ]; then
+        die "$dir is a $(cat "$dir/etc/lab-suite") root, not $suite"
+    fi
+    if [ "$suite" = sid ]; then  # before minutes of apt, not after
+        check_git_tag WLROOTS_GIT "${WLROOTS_GIT:-}" "$WLROOTS_VERSION"
+        check_git_tag WAYLAND_GIT "${WAYLAND_GIT:-}" "$WAYLAND_VERSION"
+    fi
     command -v debootstrap >/dev/null || die "install debootstrap first (apt-get install debootstrap)"
     if [ ! -e "$dir/etc/debian_version" ]; then
-        log "debootstrap trixie into $dir (~1 min)"
-        debootstrap --variant=minbase trixie "$dir"
+        log "debootstrap $suite into $dir (trixie ~1 min)"
+        debootstrap --variant=minbase "$suite" "$dir"
     fi
+    echo "$suite" >"$dir/etc/lab-suite"
     mount_root "$dir"
     cp /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null || true
     add_deb_src "$dir"
-    log "stock compositors (~1.5 min), build dependencies (~2 min), build tools"
-    in_root "$dir" "apt-get update -q && apt-get install -y -q --no-install-recommends \
-        kwin-wayland sway weston dbus dbus-daemon procps psmisc jq \
-        && apt-get build-dep -y -q kwin wlroots \
-        && apt-get install -y -q --no-install-recommends build-essential cmake ninja-build meson pkg-config git \
-           libwayland-dev wayland-protocols xz-utils ca-certificates python3 patch"
-    log "sources: kwin $KWIN_VERSION (upstream tarball), wlroots $WLROOTS_VERSION"
-    in_root "$dir" "mkdir -p /src && cd /src && \
-        { [ -d kwin-$KWIN_VERSION ] || { apt-get source -q --download-only kwin || true; tar xf kwin_$KWIN_VERSION.orig.tar.xz; }; } && \
-        { [ -d wlroots-$WLROOTS_VERSION ] || { apt-get source -q --download-only wlroots && tar xf wlroots_$WLROOTS_VERSION.orig.tar.*; }; }"
-    [ -d "$dir/src/kwin-$KWIN_VERSION" ] || die "kwin $KWIN_VERSION source did not unpack"
-    [ -d "$dir/src/wlroots-$WLROOTS_VERSION" ] || die "wlroots $WLROOTS_VERSION source did not unpack"
-    log "setup done: $dir"
+    # sid's Release file outlives its Valid-Until on mirrors that lag; apt would refuse it.
+    [ "$suite" != sid ] || echo 'Acquire::Check-Valid-Until "false";' >"$dir/etc/apt/apt.conf.d/80lab-valid-until"
+    install_packages "$dir"
+    fetch_sources "$dir"
+    log "setup done: $dir ($suite)"
 }
 
 # ---- build ----
 # Inside the root:
-#   /src/deferred_unmap          a copy of this checkout (git ls-files), installed to /usr/local
-#   /src/du-build                its build: stress_client, shm_compositor
-#   /src/kwin-6.3.6              KWin; stock first, then the series in ports/kwin/ applied with git am
+#   /src/deferred_unmap          a copy of this checkout (git ls-files); its Debian packages installed
+#                                (or, when they do not build, cmake --install to /usr/local)
+#   /src/du-build                its CMake build: stress_client, shm_compositor
+#   /src/kwin-VERSION            KWin; stock first, then the series in ports/KWIN_SERIES applied with git am
 #   /src/kwin-build              one build tree for both (the patched build is incremental, ~minutes)
-#   /opt/lab/kwin-stock/         kwin_wayland + libkwin.so.6 of the stock build, run with LD_LIBRARY_PATH
-#   /opt/lab/kwin-ours/          the same for the patched build
-#   /src/wlroots-<variant>/      one pristine copy of wlroots 0.18.2 per variant (stock, ours, NAME...)
-#   /opt/lab/wlroots-<variant>/  its libwlroots-0.18.so, preloaded into the stock sway via LD_LIBRARY_PATH
+#   /opt/lab/kwin-NAME/          kwin_wayland + libkwin.so.6 of build NAME, run with LD_LIBRARY_PATH
+#   /src/wlroots-NAME/           one pristine copy of wlroots per build (stock, ours, NAME...)
+#   /opt/lab/wlroots-NAME/       its libwlroots-X.Y.so, loaded by the suite's sway (and labwc) via LD_LIBRARY_PATH
+#   /src/wayland-NAME/           (sid) one copy of libwayland per build
+#   /opt/lab/wayland-NAME/       its libwayland-server.so.0*, loaded by weston and Mutter via LD_LIBRARY_PATH
 
-install_library() {
+# copy_checkout DIR: this checkout's tracked and untracked files that exist (a file deleted but not
+# yet committed is skipped) into DIR/src/deferred_unmap
+copy_checkout() {
     local dir=$1
-    log "deferred_unmap: copy of $repo into $dir/src/deferred_unmap, install to /usr/local"
     rm -rf "$dir/src/deferred_unmap" && mkdir -p "$dir/src/deferred_unmap"
-    # Tracked and untracked files that exist (a file deleted but not yet committed is skipped).
     (cd "$repo" && git ls-files -z --cached --others --exclude-standard |
         while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
         xargs -0 cp --parents -t "$dir/src/deferred_unmap")
+}
+
+# The include directory of the installed library: /usr/local when it came from cmake --install.
+library_headers() {
+    if [ -d "$1/usr/local/include/deferred_unmap" ]; then echo "$1/usr/local/include/deferred_unmap"
+    else echo "$1/usr/include/deferred_unmap"; fi
+}
+
+# package_library DIR: the project's Debian packages built in the root and installed (issue 34:
+# compositors build against what distributions ship). A /usr/local copy from an earlier fallback
+# would shadow the package's headers, so it goes.
+package_library() {
+    in_root "$1" "cd /src/deferred_unmap && rm -f /src/*.deb /src/*.changes /src/*.buildinfo \
+        && apt-get build-dep -y -q ./ && dpkg-buildpackage -us -uc -b \
+        && apt-get install -y -q --reinstall --allow-downgrades /src/libdeferred-unmap-dev_*.deb /src/deferred-unmap-tools_*_all.deb \
+        && rm -rf /usr/local/include/deferred_unmap /usr/local/lib/cmake/deferred_unmap \
+           /usr/local/lib/pkgconfig/deferred_unmap*.pc /usr/local/lib/libdeferred_unmap_c.a" >"$1/src/du-package.log" 2>&1
+}
+
+cmake_install_library() {
+    in_root "$1" "cmake --install /src/du-build >/dev/null"
+}
+
+# checkout_digest: one hash of the names and contents of the files copy_checkout copies
+checkout_digest() {
+    (cd "$repo" && git ls-files -z --cached --others --exclude-standard |
+        while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+        LC_ALL=C sort -z | xargs -0 -r sha256sum --) | sha256sum | cut -d' ' -f1
+}
+
+# install_library DIR: the library and the lab's clients from this checkout into the root, unless
+# the root has them from this very content already (the packages take minutes to build). Installing
+# waits, on DIR/.lab-library.lock, for the builds that compile against the installed headers.
+install_library() {
+    local dir=$1 sum fd
+    sum=$(checkout_digest)
+    if [ "$(cat "$dir/src/du-installed.sum" 2>/dev/null)" = "$sum" ] && [ -x "$dir$CLIENT" ]; then
+        log "deferred_unmap: installed already from this content ($(cat "$dir/src/du-installed.how"))"
+        return 0
+    fi
+    lock fd "$dir/.lab-library.lock" -x
+    log "deferred_unmap: copy of $repo, CMake build of stress_client and shm_compositor (~1 min)"
+    copy_checkout "$dir"
     in_root "$dir" "cd /src && cmake -S deferred_unmap -B du-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_INSTALL_PREFIX=/usr/local -DDEFERRED_UNMAP_BUILD_TESTS=OFF -DDEFERRED_UNMAP_BUILD_EXAMPLES=ON >/src/du-configure.log 2>&1 \
-        && ninja -C du-build -j$JOBS stress_client shm_compositor deferred_unmap_c >/src/du-build.log 2>&1 \
-        && cmake --install du-build >/dev/null" || die "deferred_unmap build/install failed (see $dir/src/du-*.log)"
-    [ -x "$dir/src/du-build/examples/wayland/stress_client" ] || die "stress_client did not build"
+        && ninja -C du-build -j$JOBS stress_client shm_compositor deferred_unmap_c >/src/du-build.log 2>&1" \
+        || die "deferred_unmap build failed (see $dir/src/du-*.log)"
+    [ -x "$dir$CLIENT" ] || die "stress_client did not build"
+    log "deferred_unmap: Debian packages (dpkg-buildpackage -b in the root), then apt install"
+    if package_library "$dir"; then
+        echo "Debian packages $(in_root "$dir" "dpkg-query -W -f '\${Version}' libdeferred-unmap-dev")" >"$dir/src/du-installed.how"
+    else
+        log "deferred_unmap: the Debian packages did not build or install (end of $dir/src/du-package.log below); cmake --install to /usr/local instead"
+        tail -5 "$dir/src/du-package.log" >&2
+        cmake_install_library "$dir" || die "deferred_unmap: cmake --install failed too"
+        echo "cmake --install (packages failed: see /src/du-package.log)" >"$dir/src/du-installed.how"
+    fi
+    echo "$sum" >"$dir/src/du-installed.sum"
+    exec {fd}>&-
 }
 
 # digest DIR [FIND-TEST...]: one hash of the names and contents of the files under DIR (that pass
@@ -128,14 +310,24 @@ digest() {
     (cd "$top" && find . "$@" -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum --) | sha256sum | cut -d' ' -f1
 }
 
+# meson_feature SRC: -DNAME=enabled for the series' deferred_unmap feature option (auto by default,
+# so a build that silently missed the library would be measured as stock); nothing when there is none
+meson_feature() {
+    local opt
+    opt=$(cat "$1"/meson.options "$1"/meson_options.txt 2>/dev/null | grep -o "option('[^']*deferred[^']*'" | head -1 | cut -d"'" -f2 || true)
+    [ -z "$opt" ] || echo "-D$opt=enabled"
+}
+
+# ---- KWin ----
+
 # kwin_stamp DIR NAME [PATCH...]: what kwin-NAME is built from, by content (a patch rewritten with an
 # older mtime, or a library reinstalled unchanged, must not decide): the installed library's
 # headers, this checkout's series and each extra patch in order; stock is built from neither.
 kwin_stamp() {
     local dir=$1 name=$2 library series; shift 2
     [ "$name" != stock ] || { echo "stock kwin $KWIN_VERSION"; return 0; }
-    library=$(digest "$dir/usr/local/include/deferred_unmap") || return 1
-    series=$(digest "$here/kwin" -maxdepth 1 -name '*.patch') || return 1
+    library=$(digest "$(library_headers "$dir")") || return 1
+    series=$(digest "$here/$KWIN_SERIES" -maxdepth 1 -name '*.patch') || return 1
     echo "library $library"
     echo "series $series"
     [ $# -eq 0 ] || sha256sum -- "$@" | cut -d' ' -f1 | sed 's/^/patch /'
@@ -156,30 +348,52 @@ stage_kwin() {
     printf '%s\n' "$stamp" >"$dir/opt/lab/kwin-$name/built-from"
 }
 
-build_kwin() {
-    local dir=$1 stamp
-    local src=/src/kwin-$KWIN_VERSION
-    if [ ! -x "$dir/opt/lab/kwin-stock/kwin_wayland" ]; then
-        log "kwin $KWIN_VERSION stock: configure + ninja kwin_wayland (1,230 steps, ~40 min on 2 cores)"
-        in_root "$dir" "cd $src && sed -i 's/^set(PROJECT_DEP_VERSION \"[0-9.]*\")/set(PROJECT_DEP_VERSION \"$KWIN_DEP_VERSION\")/' CMakeLists.txt \
-            && { [ -d .git ] || { git init -q && git add -A && git -c user.name=lab -c user.email=lab@localhost commit -qm 'kwin $KWIN_VERSION (PROJECT_DEP_VERSION $KWIN_DEP_VERSION)'; }; } \
-            && git tag -f stock >/dev/null \
-            && cmake -S . -B /src/kwin-build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=OFF >/src/kwin-configure.log 2>&1 \
-            && ninja -C /src/kwin-build -j$JOBS kwin_wayland" || die "kwin stock build failed"
-        stage_kwin "$dir" stock "$(kwin_stamp "$dir" stock)"
+build_kwin_stock() {
+    local dir=$1 src=/src/kwin-$KWIN_VERSION dep_sed=:
+    [ ! -x "$dir/opt/lab/kwin-stock/kwin_wayland" ] || { log "kwin stock: staged already"; return 0; }
+    [ -z "$KWIN_DEP_VERSION" ] \
+        || dep_sed="sed -i 's/^set(PROJECT_DEP_VERSION \"[0-9.]*\")/set(PROJECT_DEP_VERSION \"$KWIN_DEP_VERSION\")/' CMakeLists.txt"
+    log "kwin $KWIN_VERSION stock: configure (BUILD_TESTING=$KWIN_TESTING) + ninja kwin_wayland (6.3.6: ~40 min on 2 cores)"
+    in_root "$dir" "cd $src && $dep_sed \
+        && { [ -d .git ] || { git init -q && git add -A && git -c user.name=lab -c user.email=lab@localhost commit -qm 'kwin $KWIN_VERSION${KWIN_DEP_VERSION:+ (PROJECT_DEP_VERSION $KWIN_DEP_VERSION)}'; }; } \
+        && git tag -f stock >/dev/null \
+        && cmake -S . -B /src/kwin-build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=$KWIN_TESTING >/src/kwin-configure.log 2>&1 \
+        && ninja -C /src/kwin-build -j$JOBS kwin_wayland" || die "kwin stock build failed (configure log: $dir/src/kwin-configure.log)"
+    stage_kwin "$dir" stock "$(kwin_stamp "$dir" stock)"
+}
+
+# apply_kwin_series DIR: the tree reset to stock and the series applied with git am; a series that
+# does not apply leaves the tree at stock and is tried again next time
+apply_kwin_series() {
+    local dir=$1 src=/src/kwin-$KWIN_VERSION
+    rm -rf "$dir/src/patches-kwin" && mkdir -p "$dir/src/patches-kwin"
+    local patches
+    mapfile -t patches < <(series_patches "$KWIN_SERIES")
+    cp "${patches[@]}" "$dir/src/patches-kwin/"
+    if ! in_root "$dir" "cd $src && git reset -q --hard stock && git -c user.name=lab -c user.email=lab@localhost am -q /src/patches-kwin/*.patch"; then
+        in_root "$dir" "cd $src && git am --abort; git reset -q --hard stock" || true
+        rm -rf "$dir/src/patches-kwin"
+        die "kwin ours: ports/$KWIN_SERIES does not apply to kwin $KWIN_VERSION (tree left at stock)"
     fi
+    # The series makes the library optional: a configure that did not find it would build stock.
+    in_root "$dir" "cmake /src/kwin-build >/src/kwin-configure-ours.log 2>&1 && grep -q '^deferred_unmap_DIR:PATH=/' /src/kwin-build/CMakeCache.txt" \
+        || die "kwin ours: configure failed or did not find deferred_unmap (see $dir/src/kwin-configure-ours.log)"
+}
+
+build_kwin_ours() {
+    local dir=$1 stamp src=/src/kwin-$KWIN_VERSION
+    [ -n "$(series_patches "$KWIN_SERIES")" ] || { log "kwin ours: no series in ports/$KWIN_SERIES yet: skipped"; return 0; }
+    [ -x "$dir/opt/lab/kwin-stock/kwin_wayland" ] || die "kwin ours: build stock first (it tags the tree)"
     stamp=$(kwin_stamp "$dir" ours) || die "kwin: cannot hash the installed library or the series"
-    log "kwin $KWIN_VERSION + ports/kwin/*.patch: incremental rebuild"
+    log "kwin $KWIN_VERSION + ports/$KWIN_SERIES/*.patch: incremental rebuild"
     # An interrupted variant leaves its patches in the tree: what is staged as kwin-ours must be
     # the series alone.
     in_root "$dir" "cd $src && git diff --quiet HEAD" \
         || log "kwin: reverting changes beyond the series (an interrupted variant?)"
     revert_kwin_tree "$dir" || die "kwin: cannot reset $src to the series"
     # Same series as last time: leave the tree alone (nothing to rebuild).
-    if ! diff -rq "$here/kwin" "$dir/src/patches-kwin" -x README.md -x alternatives >/dev/null 2>&1; then
-        rm -rf "$dir/src/patches-kwin" && mkdir -p "$dir/src/patches-kwin" && cp "$here"/kwin/*.patch "$dir/src/patches-kwin/"
-        in_root "$dir" "cd $src && git reset -q --hard stock && git -c user.name=lab -c user.email=lab@localhost am -q /src/patches-kwin/*.patch \
-            && cmake /src/kwin-build >/dev/null" || die "kwin: applying the series failed"
+    if ! diff -rq "$here/$KWIN_SERIES" "$dir/src/patches-kwin" -x README.md -x alternatives >/dev/null 2>&1; then
+        apply_kwin_series "$dir"
     fi
     in_root "$dir" "ninja -C /src/kwin-build -j$JOBS kwin_wayland" || die "kwin patched build failed"
     stage_kwin "$dir" ours "$stamp"
@@ -198,7 +412,7 @@ build_kwin_variant() {
         || die "--kwin-variant wants NAME=PATCHFILE[,PATCHFILE...], got $spec"
     case $name in stock|ours) die "variant name $name is taken" ;; esac
     IFS=, read -r -a patches <<<"$list"
-    [ -d "$dir/usr/local/include/deferred_unmap" ] || die "kwin variant $name: the library is not installed in $dir (run lab.sh build first)"
+    [ -d "$(library_headers "$dir")" ] || die "kwin variant $name: the library is not installed in $dir (run lab.sh build first)"
     for p in "${patches[@]}"; do [ -r "$p" ] || die "kwin variant $name: cannot read '$p'"; done
     # A variant must be built from the same library and series as the kwin-ours it is measured beside.
     ours=$dir/opt/lab/kwin-ours/built-from
@@ -212,7 +426,7 @@ build_kwin_variant() {
         log "kwin $name: up to date"
         return 0
     fi
-    log "kwin $KWIN_VERSION + ports/kwin/*.patch + $list: incremental rebuild"
+    log "kwin $KWIN_VERSION + ports/$KWIN_SERIES/*.patch + $list: incremental rebuild"
     rm -rf "$dir/src/patches-kwin-$name" && mkdir -p "$dir/src/patches-kwin-$name"
     local i=0
     for p in "${patches[@]}"; do i=$((i + 1)); cp "$p" "$dir/src/patches-kwin-$name/$(printf %02d $i)-$(basename "$p")"; done
@@ -230,61 +444,173 @@ build_kwin_variant() {
         || die "kwin: rebuilding the series after variant $name failed"
 }
 
-# build_wlroots DIR NAME [PATCH...]: wlroots 0.18.2 with the patches applied, staged as /opt/lab/wlroots-NAME
-build_wlroots() {
-    local dir=$1 name=$2; shift 2
-    local src=/src/wlroots-$name
-    log "wlroots $WLROOTS_VERSION $name: meson (~20 s)"
-    rm -rf "$dir$src" "$dir/src/patches-wlroots-$name" && mkdir -p "$dir/src/patches-wlroots-$name"
-    cp -a "$dir/src/wlroots-$WLROOTS_VERSION" "$dir$src"
-    local p
-    for p in "$@"; do cp "$p" "$dir/src/patches-wlroots-$name/"; done
-    in_root "$dir" "cd $src && for p in \$(ls /src/patches-wlroots-$name/* 2>/dev/null | sort); do patch -p1 -s <\$p || exit 1; done \
-        && meson setup build --buildtype=debugoptimized -Dexamples=false >/src/wlroots-$name.configure.log 2>&1 \
-        && ninja -C build -j$JOBS >/src/wlroots-$name.build.log 2>&1 \
-        && rm -rf /opt/lab/wlroots-$name && mkdir -p /opt/lab/wlroots-$name && cp build/libwlroots-0.18.so /opt/lab/wlroots-$name/" \
-        || die "wlroots $name build failed (see $dir/src/wlroots-$name.*.log)"
+# ---- wlroots and libwayland: one pristine copy per build ----
+
+# build_meson DIR PROJECT VERSION NAME MESON-OPTIONS STAGE-GLOB [PATCH...]: /src/PROJECT-VERSION
+# copied to /src/PROJECT-NAME, the patches applied in order, built, STAGE-GLOB (relative to the
+# build tree) copied to /opt/lab/PROJECT-NAME/
+build_meson() {
+    local dir=$1 project=$2 version=$3 name=$4 options=$5 stage=$6; shift 6
+    local src=/src/$project-$name p
+    log "$project $version $name: meson (~1 min)"
+    rm -rf "$dir$src" "$dir/src/patches-$project-$name" && mkdir -p "$dir/src/patches-$project-$name"
+    cp -a "$dir/src/$project-$version" "$dir$src"
+    local i=0  # numbered in the order given: a variant's own patch may sort before the series
+    for p in "$@"; do i=$((i + 1)); cp "$p" "$dir/src/patches-$project-$name/$(printf %02d $i)-$(basename "$p")"; done
+    apply_patches "$dir" "$src" "$project" "$name" || die "$project $name: the patches do not apply to $project $version"
+    [ $# -eq 0 ] || options="$options $(meson_feature "$dir$src")"
+    in_root "$dir" "cd $src && meson setup build --buildtype=debugoptimized $options >/src/$project-$name.configure.log 2>&1 \
+        && ninja -C build -j$JOBS >/src/$project-$name.build.log 2>&1 \
+        && rm -rf /opt/lab/$project-$name && mkdir -p /opt/lab/$project-$name && cp -a build/$stage /opt/lab/$project-$name/ \
+        && { [ ! -e /src/$project-$name.fuzz ] || cp /src/$project-$name.fuzz /opt/lab/$project-$name/applied-with-fuzz; }" \
+        || die "$project $name build failed (see $dir/src/$project-$name.*.log)"
 }
 
-# build_variant DIR NAME=PATCH[,PATCH...]: an extra wlroots variant (a peer's patch, one of ours alone)
-build_variant() {
-    local dir=$1 spec=$2
-    local name=${spec%%=*} list=${spec#*=}
+# apply_patches DIR SRC PROJECT NAME: /src/patches-PROJECT-NAME/* applied to SRC in order. Our series
+# must apply as it is; a variant (a peer's patch written for another release) may apply with fuzz 3,
+# said in the log and in /opt/lab/PROJECT-NAME/applied-with-fuzz (MR !4755 on wlroots 0.20.2: its
+# util/meson.build hunk lands one line off in a list of files).
+apply_patches() {
+    local dir=$1 src=$2 project=$3 name=$4 fuzz=0
+    case $name in stock|ours) ;; *) fuzz=3 ;; esac
+    rm -f "$dir/src/$project-$name.fuzz"
+    in_root "$dir" "cd $src && for p in \$(ls /src/patches-$project-$name/* 2>/dev/null | sort); do
+        if patch -p1 -s --dry-run <\$p >/dev/null; then patch -p1 -s <\$p
+        elif [ $fuzz -gt 0 ] && patch -p1 --dry-run -F$fuzz <\$p >/dev/null; then
+            patch -p1 -F$fuzz <\$p | sed \"s|^|\$(basename \$p): |\" | tee -a /src/$project-$name.fuzz >&2
+        else patch -p1 --dry-run <\$p >&2; exit 1; fi
+    done"
+}
+
+build_wlroots() {  # build_wlroots DIR NAME [PATCH...]
+    local dir=$1 name=$2; shift 2
+    build_meson "$dir" wlroots "$WLROOTS_VERSION" "$name" -Dexamples=false "$WLROOTS_LIB" "$@"
+}
+
+build_wayland() {  # build_wayland DIR NAME [PATCH...]
+    local dir=$1 name=$2; shift 2
+    build_meson "$dir" wayland "$WAYLAND_VERSION" "$name" "-Ddocumentation=false -Ddtd_validation=false -Dtests=false" \
+        'src/libwayland-server.so*' "$@"
+}
+
+# variant_patches SPEC: NAME=PATCH[,PATCH...] checked; prints NAME then the patches, one a line
+variant_patches() {
+    local spec=$1 name=${1%%=*} list=${1#*=} p ps
     [ "$name" != "$spec" ] && [ -n "$name" ] || die "--variant wants NAME=PATCHFILE[,PATCHFILE...], got $spec"
-    case $name in stock|ours) die "variant name $name is taken" ;; esac
-    local patches=() p
-    IFS=, read -r -a patches <<<"$list"
-    for p in "${patches[@]}"; do [ -r "$p" ] || die "variant $name: cannot read $p"; done
-    build_wlroots "$dir" "$name" "${patches[@]}"
+    case $name in stock|ours|debian) die "variant name $name is taken" ;; esac
+    echo "$name"
+    IFS=, read -r -a ps <<<"$list"
+    for p in "${ps[@]}"; do [ -r "$p" ] || die "variant $name: cannot read $p"; echo "$p"; done
+}
+
+# build_variant DIR NAME=PATCH[,PATCH...]: an extra wlroots build (a peer's patch, one of ours alone)
+build_variant() {
+    local lines
+    mapfile -t lines < <(variant_patches "$2") && [ ${#lines[@]} -gt 0 ] || exit 1
+    build_wlroots "$1" "${lines[@]}"
+}
+
+# alternative_name PATCH: ports/libwayland/alternatives/0001-one-thread.patch -> one-thread
+alternative_name() { basename "$1" .patch | sed 's/^[0-9]*-//'; }
+
+# build_wayland_alternative DIR PATCH: a variant of libwayland: the alternative alone on stock, or,
+# when it does not apply there, on top of the series
+build_wayland_alternative() {
+    local dir=$1 patch=$2 name
+    name=$(alternative_name "$patch")
+    if (build_wayland "$dir" "$name" "$patch"); then return 0; fi
+    log "wayland $name: not alone on stock; on top of ports/$WAYLAND_SERIES"
+    local series
+    mapfile -t series < <(series_patches "$WAYLAND_SERIES")
+    build_wayland "$dir" "$name" "${series[@]}" "$patch"
+}
+
+# ---- cmd_build ----
+
+failed=()
+# attempt WHAT CMD...: CMD in a subshell (its die ends only that build); a failure is reported and
+# the other builds go on
+attempt() {
+    local what=$1; shift
+    if ! ("$@"); then
+        log "FAILED: $what (skipped; the other builds go on)"
+        failed+=("$what")
+    fi
+}
+
+# build_step DIR LOCK-FILE BUILDS NAME CMD...: CMD under LOCK-FILE when NAME is among BUILDS; a build
+# other than stock compiles against the installed library, so it also holds DIR/.lab-library.lock
+# shared (taken first, as measure takes it, so the two cannot wait for each other)
+build_step() {
+    local dir=$1 lockfile=$2 builds=$3 name=$4 library=no; shift 4
+    wants "$builds" "$name" || return 0
+    [ "$name" = stock ] || library=yes
+    attempt "$*" with_locks "$dir" "$lockfile" "$library" "$@"
+}
+with_locks() {
+    local dir=$1 lockfile=$2 library=$3 fd_lib fd; shift 3
+    [ "$library" = no ] || lock fd_lib "$dir/.lab-library.lock" -s
+    lock fd "$dir/$lockfile" -x
+    "$@"
+}
+
+build_kwin_all() {
+    local dir=$1 builds=$2 v; shift 2
+    build_step "$dir" .lab-build.lock "$builds" stock build_kwin_stock "$dir"
+    build_step "$dir" .lab-build.lock "$builds" ours build_kwin_ours "$dir"
+    for v in "$@"; do build_step "$dir" .lab-build.lock "$builds" "${v%%=*}" build_kwin_variant "$dir" "$v"; done
+}
+
+build_wlroots_all() {
+    local dir=$1 builds=$2 v series; shift 2
+    build_step "$dir" .lab-build-wlroots.lock "$builds" stock build_wlroots "$dir" stock
+    mapfile -t series < <(series_patches "$WLROOTS_SERIES")
+    if [ ${#series[@]} -gt 0 ]; then
+        build_step "$dir" .lab-build-wlroots.lock "$builds" ours build_wlroots "$dir" ours "${series[@]}"
+    else
+        log "wlroots ours: no series in ports/$WLROOTS_SERIES yet: skipped"
+    fi
+    for v in "$@"; do build_step "$dir" .lab-build-wlroots.lock "$builds" "${v%%=*}" build_variant "$dir" "$v"; done
+}
+
+build_wayland_all() {
+    local dir=$1 builds=$2 series p
+    [ -n "$WAYLAND_VERSION" ] || return 0
+    build_step "$dir" .lab-build-wayland.lock "$builds" stock build_wayland "$dir" stock
+    mapfile -t series < <(series_patches "$WAYLAND_SERIES")
+    if [ ${#series[@]} -gt 0 ]; then
+        build_step "$dir" .lab-build-wayland.lock "$builds" ours build_wayland "$dir" ours "${series[@]}"
+    else
+        log "wayland ours: no series in ports/$WAYLAND_SERIES yet: skipped"
+    fi
+    for p in $(series_patches "$WAYLAND_SERIES/alternatives"); do
+        build_step "$dir" .lab-build-wayland.lock "$builds" "$(alternative_name "$p")" build_wayland_alternative "$dir" "$p"
+    done
 }
 
 cmd_build() {
     need_root
     local dir=$1; shift
-    local only=all variants=() kwin_variants=()
+    local only=all builds=all variants=() kwin_variants=()
     while [ $# -gt 0 ]; do
         case $1 in
         --only) only=$2; shift 2 ;;
+        --builds) builds=$2; shift 2 ;;
         --variant) variants+=("$2"); shift 2 ;;
         --kwin-variant) kwin_variants+=("$2"); shift 2 ;;
         *) die "build: unknown option $1" ;;
         esac
     done
-    local v
+    load_suite "$dir"
     mount_root "$dir"
     # The sources are owned by whoever unpacked them; git in the root must not refuse them.
     in_root "$dir" "git config --global --get safe.directory >/dev/null || git config --global --add safe.directory '*'"
     install_library "$dir"
-    if [ "$only" = all ] || [ "$only" = wlroots ]; then
-        build_wlroots "$dir" stock
-        build_wlroots "$dir" ours "$here"/wlroots/*.patch
-        for v in "${variants[@]}"; do build_variant "$dir" "$v"; done
-    fi
-    if [ "$only" = all ] || [ "$only" = kwin ]; then
-        build_kwin "$dir"
-        for v in "${kwin_variants[@]}"; do build_kwin_variant "$dir" "$v"; done
-    fi
-    log "build done"
+    if wants "$only" wlroots; then build_wlroots_all "$dir" "$builds" "${variants[@]}"; fi
+    if wants "$only" wayland; then build_wayland_all "$dir" "$builds"; fi
+    if wants "$only" kwin; then build_kwin_all "$dir" "$builds" "${kwin_variants[@]}"; fi
+    [ ${#failed[@]} -eq 0 ] || die "build done; failed: $(printf '%s; ' "${failed[@]}")"
+    log "build done ($SUITE)"
 }
 
 # ---- measure ----
@@ -300,11 +626,42 @@ BURST_ARGS=(--width 2880 --height 1800 --pool-mib 20 --burst 52 --resize-every 0
 # A fresh 30 MiB pool every frame (announced at half size, grown by wl_shm_pool.resize every 4th).
 CHURN_ARGS=(--width 2880 --height 1800 --pool-mib 30 --burst 1 --resize-every 4 --frames 150 --prepare-ahead)
 SIMPLE_SHM_SECONDS=3
+TRACER=$repo/tools/shm-teardown-trace
+TRACEFS=/sys/kernel/tracing
 
 comp_pid=        # the compositor process itself
-wrapper_pid=     # what we started (dbus-run-session for KWin, else the compositor)
+wrapper_pid=     # what we started (dbus-run-session for KWin and Mutter, else the compositor)
 run_dir=         # its XDG_RUNTIME_DIR inside the root
 socket=
+tracer_pid=
+
+# family KIND: the library a compositor's builds swap (its /opt/lab/FAMILY-BUILD)
+family() {
+    case $1 in
+    kwin) echo kwin ;;
+    sway|labwc) echo wlroots ;;
+    weston|mutter) echo wayland ;;
+    esac
+}
+
+# lib_pattern FAMILY: what that library's path looks like in /proc/PID/maps
+lib_pattern() {
+    case $1 in
+    kwin) echo 'libkwin\.so' ;;
+    wlroots) echo "${WLROOTS_LIB//./\\.}" ;;
+    wayland) echo 'libwayland-server\.so' ;;
+    esac
+}
+
+# staged FAMILY BUILD: the build's library is in /opt/lab
+staged() {
+    local d=$root_dir/opt/lab/$1-$2
+    case $1 in
+    kwin) [ -x "$d/kwin_wayland" ] ;;
+    wlroots) [ -e "$d/$WLROOTS_LIB" ] ;;
+    wayland) [ -e "$d/libwayland-server.so.0" ] ;;
+    esac
+}
 
 # Processes whose root is DIR: compositors left over from an interrupted run skew every later one.
 stale_pids() {
@@ -312,7 +669,8 @@ stale_pids() {
     for p in /proc/[0-9]*; do
         [ "$(readlink "$p/root" 2>/dev/null)" = "$dir" ] || continue
         case $(cat "$p/comm" 2>/dev/null) in
-        kwin_wayland|sway|weston|dbus-daemon|dbus-run-sessio|shm_compositor|stress_client|weston-simple-s) echo "${p#/proc/}" ;;
+        kwin_wayland|sway|labwc|weston|mutter|dbus-daemon|dbus-run-sessio|shm_compositor|stress_client|weston-simple-s|Xwayland)
+            echo "${p#/proc/}" ;;
         esac
     done
 }
@@ -332,56 +690,78 @@ fd_count() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
 fd_list() { local f; for f in /proc/$1/fd/*; do readlink "$f"; done 2>/dev/null | sed 's/[0-9]\{3,\}/N/g' | sort; }
 memfd_maps() { grep -c 'memfd:' "/proc/$1/maps" 2>/dev/null || true; }
 
-# start_compositor DIR KIND BUILD: sets comp_pid, wrapper_pid, socket, run_dir
-start_compositor() {
-    local dir=$1 kind=$2 build=$3
-    run_dir=/run/lab/$kind-$build-$$
-    rm -rf "$dir$run_dir" && mkdir -p "$dir$run_dir" && chmod 700 "$dir$run_dir"
-    local envs=(HOME=/root PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 XDG_RUNTIME_DIR=$run_dir)
-    local log=$dir$run_dir.log
+# compositor_command KIND BUILD: the environment and command line that start KIND headless at
+# 2880x1800 in the root (run_dir set); the config files it needs are written here
+compositor_command() {
+    local kind=$1 build=$2 ld=
+    [ "$build" = debian ] || ld=LD_LIBRARY_PATH=/opt/lab/$(family "$kind")-$build
+    local wlr=(WLR_BACKENDS=headless WLR_RENDERER=pixman WLR_LIBINPUT_NO_DEVICES=1)
     case $kind in
     kwin)
-        socket=lab-kwin
-        chroot "$dir" /usr/bin/env -i "${envs[@]}" LD_LIBRARY_PATH=/opt/lab/kwin-$build KWIN_COMPOSE=Q \
-            QT_LOGGING_RULES='kwin_shm.debug=true' \
-            dbus-run-session -- /opt/lab/kwin-$build/kwin_wayland --virtual --socket $socket \
-            --width 2880 --height 1800 --no-lockscreen --no-global-shortcuts >"$log" 2>&1 &
-        wrapper_pid=$!
-        ;;
+        # KWIN_COMPOSE=Q: QPainter, the root has no GPU
+        echo $ld KWIN_COMPOSE=Q QT_LOGGING_RULES=kwin_shm.debug=true dbus-run-session -- /opt/lab/kwin-$build/kwin_wayland \
+            --virtual --socket lab-kwin --width 2880 --height 1800 --no-lockscreen --no-global-shortcuts ;;
     sway)
-        socket=
-        printf 'output HEADLESS-1 mode --custom 2880x1800@60Hz\nxwayland disable\n' >"$dir$run_dir.sway.conf"
-        local ld=
-        [ "$build" = debian ] || ld=LD_LIBRARY_PATH=/opt/lab/wlroots-$build
-        chroot "$dir" /usr/bin/env -i "${envs[@]}" $ld WLR_BACKENDS=headless WLR_RENDERER=pixman \
-            WLR_LIBINPUT_NO_DEVICES=1 sway -d -c "$run_dir.sway.conf" >"$log" 2>&1 &
-        wrapper_pid=$!
-        ;;
+        printf 'output HEADLESS-1 mode --custom 2880x1800@60Hz\nxwayland disable\n' >"$root_dir$run_dir.sway.conf"
+        echo $ld "${wlr[@]}" sway -d -c "$run_dir.sway.conf" ;;
+    labwc)
+        # labwc reads DIR/rc.xml; the defaults are all it needs (no Xwayland is installed).
+        mkdir -p "$root_dir$run_dir.labwc" && echo '<labwc_config/>' >"$root_dir$run_dir.labwc/rc.xml"
+        echo $ld "${wlr[@]}" labwc -d -C "$run_dir.labwc" ;;
     weston)
-        socket=lab-weston
-        chroot "$dir" /usr/bin/env -i "${envs[@]}" weston --backend=headless --renderer=pixman \
-            --width=2880 --height=1800 --socket=$socket --idle-time=0 >"$log" 2>&1 &
-        wrapper_pid=$!
-        ;;
+        echo $ld weston --backend=headless --renderer=pixman --width=2880 --height=1800 --socket=lab-weston --idle-time=0 ;;
+    mutter)
+        echo $ld dbus-run-session -- mutter --headless --wayland --no-x11 --virtual-monitor 2880x1800 --wayland-display=lab-mutter ;;
     *) die "unknown compositor $kind" ;;
     esac
+}
+
+# find_socket KIND: the socket KIND makes (sway and labwc take the first free wayland-N of their runtime dir)
+find_socket() {
+    case $1 in
+    kwin) echo lab-kwin ;;
+    weston) echo lab-weston ;;
+    mutter) echo lab-mutter ;;
+    *) (cd "$root_dir$run_dir" 2>/dev/null && ls wayland-[0-9] 2>/dev/null | head -1) || true ;;
+    esac
+}
+
+# start_compositor DIR KIND BUILD: sets comp_pid, wrapper_pid, socket, run_dir
+start_compositor() {
+    local dir=$1 kind=$2 build=$3 cmd
+    run_dir=/run/lab/$kind-$build-$$
+    rm -rf "$dir$run_dir" && mkdir -p "$dir$run_dir" && chmod 700 "$dir$run_dir"
+    local log=$dir$run_dir.log
+    cmd=$(compositor_command "$kind" "$build")
+    # shellcheck disable=SC2086  # cmd is words made above, none with spaces
+    chroot "$dir" /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 XDG_RUNTIME_DIR=$run_dir \
+        $cmd >"$log" 2>&1 &
+    wrapper_pid=$!
     local i
     for i in $(seq 200); do
-        if [ "$kind" = sway ]; then  # sway takes the first free wayland-N of its own runtime dir
-            socket=$(cd "$dir$run_dir" 2>/dev/null && ls wayland-[0-9] 2>/dev/null | head -1 || true)
-        fi
+        socket=$(find_socket "$kind")
         [ -n "$socket" ] && [ -S "$dir$run_dir/$socket" ] && break
         kill -0 "$wrapper_pid" 2>/dev/null || { tail -20 "$log" >&2; die "$kind $build exited at start (log: $log)"; }
         sleep 0.1
     done
     [ -S "$dir$run_dir/$socket" ] || { tail -20 "$log" >&2; die "$kind $build: no socket after 20 s (log: $log)"; }
-    if [ "$kind" = kwin ]; then
-        comp_pid=$(pgrep -P "$wrapper_pid" -x kwin_wayland | head -1)
-        [ -n "$comp_pid" ] || die "kwin $build: no kwin_wayland under dbus-run-session $wrapper_pid"
-    else
-        comp_pid=$wrapper_pid
-    fi
+    case $kind in
+    kwin) comp_pid=$(pgrep -P "$wrapper_pid" -x kwin_wayland | head -1) ;;
+    mutter) comp_pid=$(pgrep -P "$wrapper_pid" -x mutter | head -1) ;;
+    *) comp_pid=$wrapper_pid ;;
+    esac
+    [ -n "$comp_pid" ] || die "$kind $build: no compositor process under dbus-run-session $wrapper_pid"
+    # labwc's headless output starts small; give it sway's size (wlr-randr is a client of it).
+    [ "$kind" != labwc ] || wayland_client "$dir" wlr-randr --output HEADLESS-1 --custom-mode 2880x1800 >>"$log" 2>&1 \
+        || log "labwc $build: wlr-randr could not set 2880x1800 (see $log)"
     sleep 2  # let it settle (KWin loads its plugins, weston its shell)
+}
+
+# wayland_client DIR CMD...: CMD in the root as a client of the running compositor
+wayland_client() {
+    local dir=$1; shift
+    chroot "$dir" /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin XDG_RUNTIME_DIR=$run_dir \
+        WAYLAND_DISPLAY=$socket "$@"
 }
 
 stop_compositor() {
@@ -398,17 +778,17 @@ stop_compositor() {
         pkill -P "$wrapper_pid" 2>/dev/null || true
     fi
     wait "$wrapper_pid" 2>/dev/null || true
-    comp_pid= wrapper_pid=
+    comp_pid='' wrapper_pid=''
 }
 
 # The library the compositor really loaded (LD_LIBRARY_PATH must have won over the system copy).
 loaded_lib() {
     local pid=$1 pattern=$2 path
-    path=$(grep -o "/[^ ]*$pattern[^ ]*" "/proc/$pid/maps" 2>/dev/null | sort -u | head -1)
+    path=$(grep -o "/[^ ]*${pattern}[^ ]*" "/proc/$pid/maps" 2>/dev/null | sort -u | head -1)
     echo "${path#"$root_dir"}"  # maps shows paths as the host sees them
 }
 
-# record FILE KEY=VALUE... : one JSON object per line
+# record FILE KEY=VALUE|KEY:=JSON... : one JSON object per line (KEY:=JSON puts JSON in as it is)
 record() {
     local file=$1; shift
     local kv first=1
@@ -417,7 +797,9 @@ record() {
         local k=${kv%%=*} v=${kv#*=}
         [ $first = 1 ] || printf ', ' >>"$file"
         first=0
-        if [[ $v =~ ^-?[0-9]+(\.[0-9]+)?$ ]] || [ "$v" = true ] || [ "$v" = false ] || [ "$v" = null ]; then
+        if [[ $k == *: ]]; then
+            printf '"%s": %s' "${k%:}" "$v" >>"$file"
+        elif [[ $v =~ ^-?[0-9]+(\.[0-9]+)?$ ]] || [ "$v" = true ] || [ "$v" = false ] || [ "$v" = null ]; then
             printf '"%s": %s' "$k" "$v" >>"$file"
         else
             printf '"%s": "%s"' "$k" "${v//\"/\\\"}" >>"$file"
@@ -438,30 +820,86 @@ settle_leaks() {
     echo "$(fd_count "$pid") $(memfd_maps "$pid")"
 }
 
-# run_client DIR OUT KIND BUILD REP SHAPE ARGS...
+# ---- the tracer (runs on the host, against the compositor's host PID) ----
+
+# start_tracer PID FILE: tools/shm-teardown-trace --json on PID, its lines to FILE; returns once
+# bpftrace is attached (it says so on stderr), so the client's first pool is seen
+start_tracer() {
+    local pid=$1 file=$2 i
+    "$TRACER" --json "$pid" >"$file" 2>"$file.err" &
+    tracer_pid=$!
+    for i in $(seq 300); do
+        grep -q 'shm-teardown-trace: tracing' "$file.err" 2>/dev/null && return 0
+        kill -0 "$tracer_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    log "tracer did not attach to $pid: $(tail -2 "$file.err" | tr '\n' ' ')"
+    stop_tracer
+    return 1
+}
+
+# stop_tracer: SIGINT, as a user's Ctrl-C: the tracer flushes its last burst and its summary
+stop_tracer() {
+    [ -n "$tracer_pid" ] || return 0
+    kill -INT "$tracer_pid" 2>/dev/null || true
+    wait "$tracer_pid" 2>/dev/null || true
+    tracer_pid=
+}
+
+# trace_fields FILE: the tracer's bursts as record fields: the bursts themselves and their totals
+trace_fields() {
+    local f=$1
+    [ -s "$f" ] || { echo "trace_error=no tracer output"; return; }
+    echo "trace_bursts:=$(jq -c -s '[.[] | select(.type == "burst") | {pools, bytes, small_pools, duration_ms,
+        main_thread_pools, other_thread_pools, main_longest_ms}]' "$f")"
+    jq -r -s '[.[] | select(.type == "burst")] as $b |
+        "trace_pools=\([$b[].pools] | add // 0)", "trace_bytes=\([$b[].bytes] | add // 0)",
+        "trace_main_thread_pools=\([$b[].main_thread_pools] | add // 0)",
+        "trace_other_thread_pools=\([$b[].other_thread_pools] | add // 0)",
+        "trace_main_longest_ms=\([$b[].main_longest_ms] | max // 0)"' "$f"
+}
+
+# run_client DIR OUT KIND BUILD REP SHAPE TRACE(on|off) ARGS...
 run_client() {
-    local dir=$1 out=$2 kind=$3 build=$4 rep=$5 shape=$6; shift 6
-    local fd0 memfd0 json=$run_dir.$shape.json after
+    local dir=$1 out=$2 kind=$3 build=$4 rep=$5 shape=$6 trace=$7; shift 7
+    local fd0 memfd0 json=$run_dir.$shape.json after name=$shape fields=()
+    [ "$trace" = on ] || name=$shape/no-tracer
+    local trace_file=$logs/trace-$kind-$build-rep$rep-$shape.jsonl
     fd0=$(fd_count "$comp_pid"); memfd0=$(memfd_maps "$comp_pid")
     fd_list "$comp_pid" >"$dir$run_dir.fds-before"
-    chroot "$dir" /usr/bin/env -i HOME=/root XDG_RUNTIME_DIR=$run_dir WAYLAND_DISPLAY=$socket \
-        timeout 120 $CLIENT "$@" --json "$json" >>"$dir$run_dir.clients.log" 2>&1 || true
+    if [ "$trace" = on ] && ! start_tracer "$comp_pid" "$trace_file"; then
+        fields+=("trace_error=did not attach")
+        trace=failed
+    fi
+    rm -f "$dir$json"
+    wayland_client "$dir" timeout 120 $CLIENT "$@" --json "$json" >>"$dir$run_dir.clients.log" 2>&1 || true
     after=$(settle_leaks "$comp_pid" "$fd0" "$memfd0")
+    if [ "$trace" = on ]; then
+        stop_tracer
+        mapfile -t fields < <(trace_fields "$trace_file")
+    fi
     if [ "${after% *}" -gt "$fd0" ]; then  # say what was left, for the log
         fd_list "$comp_pid" | diff "$dir$run_dir.fds-before" - | sed "s/^/$kind $build rep$rep $shape: fd /" >>"$logs/leftovers.txt" || true
     fi
     local f=$dir$json
     if [ -s "$f" ]; then
-        record "$out" compositor=$kind build=$build rep=$rep client=$shape \
+        record "$out" compositor=$kind build=$build rep=$rep client=$name \
             gap_p50_ms="$(json_field "$f" gap_p50_ms)" gap_p99_ms="$(json_field "$f" gap_p99_ms)" \
             gap_max_ms="$(json_field "$f" gap_max_ms)" frames="$(json_field "$f" frames)" \
             client_work_max_ms="$(json_field "$f" client_work_max_ms)" \
             protocol_error="$(json_field "$f" protocol_error)" missed_frames=null \
             fds_before="$fd0" fds_after="${after% *}" memfd_maps_before="$memfd0" memfd_maps_after="${after#* }" \
-            loaded="$lib"
+            loaded="$lib" "${fields[@]}"
     else
-        record "$out" compositor=$kind build=$build rep=$rep client=$shape error="no client report" loaded="$lib"
+        record "$out" compositor=$kind build=$build rep=$rep client=$name error="no client report" loaded="$lib" "${fields[@]}"
     fi
+}
+
+# run_shape DIR OUT KIND BUILD REP SHAPE ARGS...: the client with the tracer, without, or both (untraced first)
+run_shape() {
+    local dir=$1 out=$2 kind=$3 build=$4 rep=$5 shape=$6; shift 6
+    if [ "$tracer_mode" != on ]; then run_client "$dir" "$out" "$kind" "$build" "$rep" "$shape" off "$@"; fi
+    if [ "$tracer_mode" != off ]; then run_client "$dir" "$out" "$kind" "$build" "$rep" "$shape" on "$@"; fi
 }
 
 run_simple_shm() {
@@ -469,8 +907,7 @@ run_simple_shm() {
     local fd0 memfd0 after status log=$dir$run_dir.simple-shm.log
     fd0=$(fd_count "$comp_pid"); memfd0=$(memfd_maps "$comp_pid")
     status=0
-    chroot "$dir" /usr/bin/env -i HOME=/root XDG_RUNTIME_DIR=$run_dir WAYLAND_DISPLAY=$socket \
-        timeout -s INT $SIMPLE_SHM_SECONDS weston-simple-shm >"$log" 2>&1 || status=$?
+    wayland_client "$dir" timeout -s INT $SIMPLE_SHM_SECONDS weston-simple-shm >"$log" 2>&1 || status=$?
     after=$(settle_leaks "$comp_pid" "$fd0" "$memfd0")
     local perr=false
     # timeout's SIGINT is the normal end (weston-simple-shm exits 0 on it); anything else is a failure
@@ -479,87 +916,149 @@ run_simple_shm() {
         fds_before="$fd0" fds_after="${after% *}" memfd_maps_before="$memfd0" memfd_maps_after="${after#* }" loaded="$lib"
 }
 
+# check_loaded KIND BUILD: lib set to the library the compositor mapped; a build that is not
+# debian must have loaded its own from /opt/lab
+check_loaded() {
+    local kind=$1 build=$2 fam
+    fam=$(family "$kind")
+    lib=$(loaded_lib "$comp_pid" "$(lib_pattern "$fam")")
+    [ "$build" = debian ] || [[ $lib == /opt/lab/$fam-$build/* ]] && return 0
+    stop_compositor
+    die "$kind $build loaded '$lib', not /opt/lab/$fam-$build/"
+}
+
 # measure_one DIR OUT KIND BUILD REP
 measure_one() {
     local dir=$1 out=$2 kind=$3 build=$4 rep=$5
     log "rep $rep: $kind $build"
     start_compositor "$dir" "$kind" "$build"
-    lib=-
-    case $kind in
-    kwin) lib=$(loaded_lib "$comp_pid" 'libkwin\.so') ;;
-    sway) lib=$(loaded_lib "$comp_pid" 'libwlroots-0\.18\.so') ;;
-    esac
-    if [ "$kind" = kwin ] && [[ $lib != /opt/lab/kwin-$build/* ]]; then
-        stop_compositor; die "kwin $build loaded $lib, not /opt/lab/kwin-$build/"
-    fi
-    if [ "$kind" = sway ] && [ "$build" != debian ] && [[ $lib != /opt/lab/wlroots-$build/* ]]; then
-        stop_compositor; die "sway $build loaded $lib, not /opt/lab/wlroots-$build/"
-    fi
+    check_loaded "$kind" "$build"
     # A short first client: compositors create some things on their first client only (sway
     # keeps one more descriptor from then on); the baselines are taken after it.
-    chroot "$dir" /usr/bin/env -i HOME=/root XDG_RUNTIME_DIR=$run_dir WAYLAND_DISPLAY=$socket \
-        timeout 30 $CLIENT --frames 5 >/dev/null 2>&1 || true
+    wayland_client "$dir" timeout 30 $CLIENT --frames 5 >/dev/null 2>&1 || true
     sleep 0.5
-    run_client "$dir" "$out" "$kind" "$build" "$rep" burst "${BURST_ARGS[@]}"
-    run_client "$dir" "$out" "$kind" "$build" "$rep" churn "${CHURN_ARGS[@]}"
+    run_shape "$dir" "$out" "$kind" "$build" "$rep" burst "${BURST_ARGS[@]}"
+    run_shape "$dir" "$out" "$kind" "$build" "$rep" churn "${CHURN_ARGS[@]}"
     run_simple_shm "$dir" "$out" "$kind" "$build" "$rep"
     stop_compositor
     cp "$dir$run_dir.log" "$logs/$kind-$build-rep$rep.log" 2>/dev/null || true
     rm -rf "$dir$run_dir" "$dir$run_dir".*
 }
 
+# shm_compositor_client DIR OUT REP SHAPE TRACE ARGS...: one client run under the project's
+# compositor, which starts the client itself; the tracer attaches once its socket is up
+shm_compositor_client() {
+    local dir=$1 out=$2 rep=$3 shape=$4 trace=$5 mode=queue+worker-unmap; shift 5
+    local rd=/run/lab/shm-$$ name=$shape fields=() i pid=
+    [ "$trace" = on ] || name=$shape/no-tracer
+    rm -rf "$dir$rd" && mkdir -p "$dir$rd" && chmod 700 "$dir$rd"
+    # With the tracer the client must wait for it: shm_compositor starts the client once its socket
+    # is up, so the client waits for a file the tracer's start creates.
+    local client=("$CLIENT" "$@" --json "$rd/client.json")
+    [ "$trace" != on ] || client=(/bin/sh -c "while [ ! -e $rd/go ]; do sleep 0.05; done; exec \"\$0\" \"\$@\"" "${client[@]}")
+    chroot "$dir" /usr/bin/env -i HOME=/root XDG_RUNTIME_DIR=$rd timeout 120 $SHM_COMPOSITOR --mode $mode \
+        --socket lab-shm --json $rd/server.json -- "${client[@]}" >"$logs/shm_compositor-$shape-rep$rep.log" 2>&1 &
+    local started=$!
+    if [ "$trace" = on ]; then
+        # chroot and env exec: $started is timeout, whose child is shm_compositor
+        for i in $(seq 100); do
+            pid=$(pgrep -P "$started" -x shm_compositor || true)
+            [ -n "$pid" ] && break
+            sleep 0.1
+        done
+        if [ -z "$pid" ] || ! start_tracer "$pid" "$logs/trace-shm_compositor-$mode-rep$rep-$shape.jsonl"; then
+            fields+=("trace_error=did not attach")
+            trace=failed
+        fi
+        touch "$dir$rd/go"
+    fi
+    wait "$started" || true
+    if [ "$trace" = on ]; then stop_tracer; mapfile -t fields < <(trace_fields "$logs/trace-shm_compositor-$mode-rep$rep-$shape.jsonl"); fi
+    local c=$dir$rd/client.json s=$dir$rd/server.json
+    if [ -s "$c" ]; then
+        record "$out" compositor=shm_compositor build=$mode rep=$rep client=$name \
+            gap_p50_ms="$(json_field "$c" gap_p50_ms)" gap_p99_ms="$(json_field "$c" gap_p99_ms)" \
+            gap_max_ms="$(json_field "$c" gap_max_ms)" frames="$(json_field "$c" frames)" \
+            client_work_max_ms="$(json_field "$c" client_work_max_ms)" \
+            protocol_error="$(json_field "$c" protocol_error)" missed_frames="$(json_field "$s" missed_frames)" \
+            loaded=- "${fields[@]}"
+    else
+        record "$out" compositor=shm_compositor build=$mode rep=$rep client=$name error="no client report" loaded=- "${fields[@]}"
+    fi
+    rm -rf "$dir$rd"
+}
+
 # The project's own compositor in its recommended mode: the library's best case on this machine.
 measure_shm_compositor() {
-    local dir=$1 out=$2 rep=$3 shape mode=queue+worker-unmap
-    log "rep $rep: shm_compositor $mode"
+    local dir=$1 out=$2 rep=$3 shape t
+    log "rep $rep: shm_compositor queue+worker-unmap"
     for shape in burst churn; do
         local args
         if [ $shape = burst ]; then args=("${BURST_ARGS[@]}"); else args=("${CHURN_ARGS[@]}"); fi
-        local rd=/run/lab/shm-$$
-        rm -rf "$dir$rd" && mkdir -p "$dir$rd" && chmod 700 "$dir$rd"
-        chroot "$dir" /usr/bin/env -i HOME=/root XDG_RUNTIME_DIR=$rd timeout 120 $SHM_COMPOSITOR --mode $mode \
-            --socket lab-shm --json $rd/server.json -- $CLIENT "${args[@]}" --json $rd/client.json \
-            >"$logs/shm_compositor-$shape-rep$rep.log" 2>&1 || true
-        local c=$dir$rd/client.json s=$dir$rd/server.json
-        if [ -s "$c" ]; then
-            record "$out" compositor=shm_compositor build=$mode rep=$rep client=$shape \
-                gap_p50_ms="$(json_field "$c" gap_p50_ms)" gap_p99_ms="$(json_field "$c" gap_p99_ms)" \
-                gap_max_ms="$(json_field "$c" gap_max_ms)" frames="$(json_field "$c" frames)" \
-                client_work_max_ms="$(json_field "$c" client_work_max_ms)" \
-                protocol_error="$(json_field "$c" protocol_error)" missed_frames="$(json_field "$s" missed_frames)" \
-                loaded=-
-        else
-            record "$out" compositor=shm_compositor build=$mode rep=$rep client=$shape error="no client report" loaded=-
-        fi
-        rm -rf "$dir$rd"
+        for t in off on; do
+            [ "$tracer_mode" = both ] || [ "$tracer_mode" = $t ] || continue
+            shm_compositor_client "$dir" "$out" "$rep" "$shape" $t "${args[@]}"
+        done
     done
 }
 
 # wants LIST NAME: LIST is "all" or a comma-separated list of names
 wants() { [ "$1" = all ] || [[ ",$1," == *",$2,"* ]]; }
 
+# builds_of KIND BUILDS VARIANT...: the builds of KIND to measure: stock, ours and the variants
+# that are staged (a series not built yet is skipped, and said so), among BUILDS
+builds_of() {
+    local kind=$1 builds=$2 fam b candidates; shift 2
+    fam=$(family "$kind")
+    if [ "$fam" = wayland ] && [ -z "$WAYLAND_VERSION" ]; then echo debian; return; fi
+    candidates=(stock ours "$@")
+    if [ "$fam" = wayland ]; then  # libwayland's variants are the staged alternatives
+        for b in $(series_patches "$WAYLAND_SERIES/alternatives"); do candidates+=("$(alternative_name "$b")"); done
+    fi
+    for b in "${candidates[@]}"; do
+        wants "$builds" "$b" || continue
+        if staged "$fam" "$b"; then echo "$b"; else log "$kind $b: not built ($fam-$b not in /opt/lab): skipped"; fi
+    done
+}
+
 cmd_measure() {
     need_root
     local dir=$1; shift
-    local reps=3 variants=() kwin_variants=() only=all
+    local reps=3 variants=() kwin_variants=() only=all builds=all
+    tracer_mode=on
     while [ $# -gt 0 ]; do
         case $1 in
         --reps) reps=$2; shift 2 ;;
         --variant) variants+=("$2"); shift 2 ;;
         --kwin-variant) kwin_variants+=("$2"); shift 2 ;;
         --only) only=$2; shift 2 ;;
+        --builds) builds=$2; shift 2 ;;
+        --no-tracer) tracer_mode=off; shift ;;
+        --tracer) tracer_mode=$2; shift 2 ;;
         *) die "measure: unknown option $1" ;;
         esac
     done
+    case $tracer_mode in on|off|both) ;; *) die "--tracer wants on, off or both" ;; esac
+    load_suite "$dir"
     mount_root "$dir"
     [ -x "$dir$CLIENT" ] || die "run lab.sh build first"
+    if [ "$tracer_mode" != off ] && [ ! -d "$TRACEFS/events" ]; then
+        mount -t tracefs nodev "$TRACEFS" || die "cannot mount tracefs at $TRACEFS (the tracer needs it; --no-tracer measures without)"
+    fi
+    # No build may run during the measurement, and none is half done when it starts.
+    # shellcheck disable=SC2034  # held until measure exits
+    local fd_lib fd_kwin fd_wlroots fd_wayland
+    lock fd_lib "$dir/.lab-library.lock" -x
+    lock fd_kwin "$dir/.lab-build.lock" -x
+    lock fd_wlroots "$dir/.lab-build-wlroots.lock" -x
+    lock fd_wayland "$dir/.lab-build-wayland.lock" -x
     local v names=() kwin_names=()
     for v in "${variants[@]}"; do
-        build_variant "$dir" "$v" >&2
+        (build_variant "$dir" "$v") >&2 || die "wlroots variant ${v%%=*} did not build"
         names+=("${v%%=*}")
     done
     for v in "${kwin_variants[@]}"; do
-        build_kwin_variant "$dir" "$v" >&2
+        (build_kwin_variant "$dir" "$v") >&2 || die "kwin variant ${v%%=*} did not build"
         kwin_names+=("${v%%=*}")
     done
     kill_stale "$dir"
@@ -569,39 +1068,50 @@ cmd_measure() {
     mkdir -p "$logs"
     local out=$logs/results.jsonl
     : >"$out"
-    trap 'stop_compositor; kill_stale "'"$dir"'"' EXIT
+    trap 'stop_tracer; stop_compositor; kill_stale "'"$dir"'"' EXIT
     local machine
     machine="$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(uname -r)"
-    log "results in $logs ($machine)"
+    log "results in $logs ($machine; Debian $SUITE root; tracer $tracer_mode)"
+    local kinds=(kwin sway weston) kind
+    [ "$SUITE" = trixie ] || kinds=(kwin sway labwc weston mutter)
+    declare -A plan
+    for kind in "${kinds[@]}"; do
+        wants "$only" "$kind" || continue
+        case $(family "$kind") in
+        kwin) plan[$kind]=$(builds_of "$kind" "$builds" "${kwin_names[@]}") ;;
+        wlroots) plan[$kind]=$(builds_of "$kind" "$builds" "${names[@]}") ;;
+        wayland) plan[$kind]=$(builds_of "$kind" "$builds") ;;
+        esac
+    done
     local rep b
     for rep in $(seq "$reps"); do
         # Interleaved, so a host that gets slower during the run hurts every build alike.
         if wants "$only" shm_compositor; then measure_shm_compositor "$dir" "$out" "$rep"; fi
-        if wants "$only" kwin; then
-            for b in stock ours "${kwin_names[@]}"; do measure_one "$dir" "$out" kwin "$b" "$rep"; done
-        fi
-        if wants "$only" sway; then
-            for b in stock ours "${names[@]}"; do measure_one "$dir" "$out" sway "$b" "$rep"; done
-        fi
-        if wants "$only" weston; then measure_one "$dir" "$out" weston debian "$rep"; fi
+        for kind in "${kinds[@]}"; do
+            for b in ${plan[$kind]:-}; do measure_one "$dir" "$out" "$kind" "$b" "$rep"; done
+        done
     done
     trap - EXIT
     kill_stale "$dir"
-    # Which library the root holds: `build` installed it from this checkout (the lab records no more).
     local source
-    source="deferred_unmap $(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)"
+    source="deferred_unmap $(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown), installed as $(cat "$dir/src/du-installed.how" 2>/dev/null || echo unknown)"
     python3 "$here/lab_report.py" "$out" --machine "$machine" --date "$stamp" --source "$source" \
         --json "$logs/results.json" | tee "$logs/report.txt"
 }
 
 # ---- main ----
-[ $# -ge 2 ] || die "usage: lab.sh setup|build|measure|umount DIR [options]"
-sub=$1; shift
-root_dir=$(readlink -f "$1"); shift
-case $sub in
-setup) cmd_setup "$root_dir" "$@" ;;
-build) cmd_build "$root_dir" "$@" ;;
-measure) cmd_measure "$root_dir" "$@" ;;
-umount) umount_root "$root_dir" ;;
-*) die "unknown subcommand $sub" ;;
-esac
+main() {
+    [ $# -ge 2 ] || die "usage: lab.sh setup|build|measure|umount DIR [options]"
+    local sub=$1; shift
+    root_dir=$(readlink -f "$1"); shift
+    case $sub in
+    setup) cmd_setup "$root_dir" "$@" ;;
+    build) cmd_build "$root_dir" "$@" ;;
+    measure) cmd_measure "$root_dir" "$@" ;;
+    umount) umount_root "$root_dir" ;;
+    *) die "unknown subcommand $sub" ;;
+    esac
+}
+# One line: bash reads a script as it runs it, and a build takes an hour; with main and exit on the
+# last line nothing is read after it starts, so editing this file meanwhile cannot derail a run.
+main "$@"; exit
