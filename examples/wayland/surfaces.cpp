@@ -288,10 +288,15 @@ void compositor_create_region(wl_client* client, wl_resource* resource, std::uin
     wl_resource_set_implementation(region, &region_impl, nullptr, nullptr);
 }
 
-const struct wl_compositor_interface compositor_impl = {
-    .create_surface = compositor_create_surface,
-    .create_region = compositor_create_region,
-};
+// Value-initialised first: later versions add requests (libwayland 1.26's wl_compositor.release),
+// never called at the v4 wl_compositor offered here.
+struct wl_compositor_interface make_compositor_impl() {
+    struct wl_compositor_interface impl{};
+    impl.create_surface = compositor_create_surface;
+    impl.create_region = compositor_create_region;
+    return impl;
+}
+const struct wl_compositor_interface compositor_impl = make_compositor_impl();
 
 void bind_compositor(wl_client* client, void* data, std::uint32_t version, std::uint32_t id) {
     wl_resource* resource = wl_resource_create(client, &wl_compositor_interface, static_cast<int>(version), id);
