@@ -75,7 +75,7 @@ std::vector<std::pair<std::chrono::nanoseconds, dt::os_call>> drains_inside(scri
 TEST_CASE("queue: drain never starts a step predicted not to fit") {
     SUBCASE("the munmap that stops a drain would have ended past its budget") {
         scripted_costs().close_ns_per_byte = 0.0;  // closes always fit: no close is ever set aside
-        scripted_queue q{inline_mode({.prior = linear_model(unmap_rate, 0.0, 1us)})};
+        scripted_queue q{inline_mode({.first_step_ns_per_byte = unmap_rate, .prior = linear_model(unmap_rate, 0.0, 1us)})};
         for (int i = 0; i < 6; ++i) q.push(dt::make_region(20 * mib));
         for (const auto& [left, next] : drains_inside(q, 0.0)) {
             REQUIRE(next.op == call_kind::unmap);  // the step the drain stopped at, run by drain(1ns)
@@ -86,7 +86,7 @@ TEST_CASE("queue: drain never starts a step predicted not to fit") {
         // The next step is a close set aside (it did not fit when set aside, with more budget left)
         // or the munmap the drain stopped at.
         scripted_costs();
-        scripted_queue q{inline_mode({.prior = exact_model()})};
+        scripted_queue q{inline_mode({.first_step_ns_per_byte = unmap_rate, .prior = exact_model()})};
         for (int i = 0; i < 6; ++i) q.push(dt::make_region(20 * mib));
         for (const auto& [left, next] : drains_inside(q, close_rate)) CHECK(cost_of(next, close_rate) > left);
     }
@@ -101,7 +101,7 @@ struct close_heavy_burst {
 
 TEST_CASE("queue: a close that does not fit waits for the next drain while this one unmaps the next pool") {
     scripted_costs();
-    scripted_queue q{inline_mode({.prior = exact_model()})};
+    scripted_queue q{inline_mode({.first_step_ns_per_byte = unmap_rate, .prior = exact_model()})};
     std::vector<const void*> addrs;
     std::vector<int> fds;
     for (int i = 0; i < close_heavy_burst::pools; ++i) {
@@ -149,7 +149,7 @@ TEST_CASE("queue: pools pushed as a mapping and then a descriptor are never clos
     // As the KWin and wlroots ports push them: each pool's mapping, then its descriptor with the
     // pool's size as the close's hint, so the closes do not fit beside a munmap and are set aside.
     scripted_costs();
-    scripted_queue q{inline_mode({.prior = exact_model()})};
+    scripted_queue q{inline_mode({.first_step_ns_per_byte = unmap_rate, .prior = exact_model()})};
     std::vector<const void*> addrs;
     std::vector<int> fds;
     for (int i = 0; i < close_heavy_burst::pools; ++i) {
@@ -187,7 +187,7 @@ std::vector<int> closes_made_by(std::thread::id thread) {
 
 TEST_CASE("queue: a newer close that would fit still waits for the close set aside") {
     scripted_costs();
-    scripted_queue q{inline_mode({.prior = exact_model()})};
+    scripted_queue q{inline_mode({.first_step_ns_per_byte = unmap_rate, .prior = exact_model()})};
     auto big = dt::make_region(3 * mib);
     auto small = dt::make_region(64 * 1024);
     const int big_fd = big.fd();
@@ -203,7 +203,7 @@ TEST_CASE("queue: a newer close that would fit still waits for the close set asi
 
 TEST_CASE("queue: drain_until goes on unmapping while the close set aside fits no better") {
     scripted_costs();
-    scripted_queue q{inline_mode({.prior = exact_model()})};
+    scripted_queue q{inline_mode({.first_step_ns_per_byte = unmap_rate, .prior = exact_model()})};
     q.push(dt::make_region(3 * mib));
     q.push(dt::make_region(20 * mib));
     // The first pool's munmap takes ~151 us; the second pool's go in six even steps of ~168 us.
@@ -227,6 +227,7 @@ TEST_CASE("queue: close_on_worker, a close the full worker cannot take and that 
     os.fail = [&](const dt::os_call& c) { return c.op == call_kind::close && c.thread != me && !blocked ? EIO : 0; };
     du::reclaim_options options;
     options.initial_capacity = 16;
+    options.first_step_ns_per_byte = unmap_rate;
     options.prior = exact_model();
     options.on_error = [&](const du::reclaim_error&) {
         blocked = true;
@@ -270,7 +271,7 @@ TEST_CASE("queue: close_on_worker, a close the full worker cannot take and that 
 
 TEST_CASE("queue: a close waiting for the next drain keeps next_deadline and pending_items") {
     scripted_costs();
-    scripted_queue q{inline_mode({.max_delay = 100ms, .prior = exact_model()})};
+    scripted_queue q{inline_mode({.first_step_ns_per_byte = unmap_rate, .max_delay = 100ms, .prior = exact_model()})};
     auto region = dt::make_region(3 * mib);
     const int fd = region.fd();
     q.push(std::move(region));
@@ -295,7 +296,7 @@ TEST_CASE("queue: a close waiting for the next drain keeps next_deadline and pen
 TEST_CASE("queue: overshoot is at most one step when the model underestimates") {
     auto& os = scripted_costs();
     os.unmap_ns_per_byte = unmap_rate * 4;  // the machine is four times slower than the prior says
-    scripted_queue q{inline_mode({.prior = exact_model()})};
+    scripted_queue q{inline_mode({.first_step_ns_per_byte = unmap_rate, .prior = exact_model()})};
     for (int i = 0; i < 4; ++i) q.push(dt::make_region(20 * mib));
     const std::size_t seen = dt::script().calls().size();
     const auto report = q.drain(500us);
@@ -309,7 +310,7 @@ TEST_CASE("queue: overshoot is at most one step when the model underestimates") 
 
 TEST_CASE("queue: the first step always runs, however small the budget") {
     scripted_costs();
-    scripted_queue q{inline_mode({.prior = exact_model()})};
+    scripted_queue q{inline_mode({.first_step_ns_per_byte = unmap_rate, .prior = exact_model()})};
     q.push(du::basic_unique_fd<dt::scripted_os>{dt::script().open_fd(20 * mib)}, 20 * mib);  // a 3 ms close
     const auto report = q.drain(1ns);
     CHECK(report.steps == 1);
@@ -332,7 +333,7 @@ TEST_CASE("queue: the cost model converges to what the steps cost") {
 
 TEST_CASE("queue: work is cut into page-aligned chunks of at most unmap_chunk_bytes") {
     scripted_costs();
-    scripted_queue q{inline_mode({.unmap_chunk_bytes = 2 * mib})};
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = 2 * mib, .max_step = 1ms})};  // the chunk binds, not max_step
     auto region = dt::make_region(5 * mib + 100);
     auto* base = static_cast<std::byte*>(region.data());
     q.push(std::move(region));
@@ -359,7 +360,7 @@ TEST_CASE("queue: an odd chunk size is rounded up to whole pages") {
 
 TEST_CASE("queue: the report says what one drain did and what is left") {
     scripted_costs();
-    scripted_queue q{inline_mode(two_mib_steps({.prior = exact_model()}))};
+    scripted_queue q{inline_mode(two_mib_steps({.first_step_ns_per_byte = unmap_rate, .prior = exact_model()}))};
     q.push(dt::make_region(4 * mib));
     q.push(dt::make_region(4 * mib));
     const auto report = q.drain(10ms);
@@ -395,7 +396,7 @@ std::vector<std::size_t> unmap_lengths(std::size_t seen) {
 std::vector<std::size_t> fast_machine_steps(std::size_t cap, std::size_t pool = 20 * mib) {
     constexpr double fast = 5'000.0 / static_cast<double>(mib);
     scripted_costs().unmap_ns_per_byte = fast;
-    scripted_queue q{inline_mode({.unmap_chunk_bytes = cap, .prior = unmap_model(fast)})};
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = cap, .first_step_ns_per_byte = fast, .prior = unmap_model(fast)})};
     q.push(dt::make_region(pool));
     q.drain(10ms);
     CHECK(q.empty());
@@ -413,7 +414,7 @@ TEST_CASE("queue: on a slow machine steps are cut so each is predicted, and meas
     auto& os = scripted_costs();
     os.unmap_ns_per_byte = slow;
     const auto model = unmap_model(slow);
-    scripted_queue q{inline_mode({.max_step = 200us, .prior = model})};
+    scripted_queue q{inline_mode({.max_step = 200us, .first_step_ns_per_byte = model.unmap_ns_per_byte, .prior = model})};
     q.push(dt::make_region(4 * mib));
     while (!q.empty()) q.drain(1ms);
     const auto lengths = unmap_lengths(0);
@@ -446,7 +447,7 @@ std::size_t steps_over_200us(double deviations, std::size_t warm_up, du::cost_mo
         costs.push_back(1us + std::chrono::nanoseconds{static_cast<std::int64_t>(factor * unmap_rate * static_cast<double>(c.length))});
         return costs.back();
     };
-    scripted_queue q{inline_mode({.max_step = 200us, .max_step_deviations = deviations, .prior = exact_model()})};
+    scripted_queue q{inline_mode({.max_step = 200us, .max_step_deviations = deviations, .first_step_ns_per_byte = unmap_rate, .prior = exact_model()})};
     for (int i = 0; i < 20; ++i) q.push(dt::make_region(20 * mib));
     while (!q.empty()) q.drain(1ms);
     model = q.model();
@@ -474,7 +475,7 @@ TEST_CASE("queue: a pool a little longer than two steps goes in three even steps
     const std::size_t page = du::detail::page_size();
     const std::size_t fit = du::detail::step_bytes(1us, unmap_rate, 200us, page);
     const std::size_t length = 2 * fit + 4 * page;
-    scripted_queue q{inline_mode({.max_step = 200us, .prior = exact_model()})};
+    scripted_queue q{inline_mode({.max_step = 200us, .first_step_ns_per_byte = unmap_rate, .prior = exact_model()})};
     q.push(dt::make_region(length));
     while (!q.empty()) q.drain(1ms);
     const auto lengths = unmap_lengths(0);
@@ -535,7 +536,7 @@ TEST_CASE("queue: a preempted step does not change the model, but its wall time 
     auto& os = scripted_costs();
     os.unmap_ns_per_byte = rate;
     const auto model = unmap_model(rate);
-    scripted_queue q{inline_mode({.unmap_chunk_bytes = 2 * mib, .prior = model})};
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = 2 * mib, .first_step_ns_per_byte = model.unmap_ns_per_byte, .prior = model})};
     q.push(dt::make_region(4 * mib));
     os.preempt = 50ms - 99'304ns;  // the step takes 50 ms of wall time, ~0.1 ms of it on the CPU
     const auto report = q.drain(1ns);
@@ -555,7 +556,7 @@ TEST_CASE("stats: each munmap step's prediction error is recorded, and any step 
     constexpr double rate = 3.0 / 64.0;  // exact in binary: a step costing what was predicted errs by 0
     auto& os = scripted_costs();
     os.unmap_ns_per_byte = rate;
-    scripted_queue q{inline_mode({.max_step = 200us, .prior = unmap_model(rate)})};
+    scripted_queue q{inline_mode({.max_step = 200us, .first_step_ns_per_byte = rate, .prior = unmap_model(rate)})};
     q.push(dt::make_region(20 * mib));
     REQUIRE(q.drain(1ns).steps == 1);
     auto stats = q.stats();
@@ -583,7 +584,7 @@ TEST_CASE("stats: a failed chunk's fallback is not booked as a step-sizing miss"
         failed = true;
         return ENOMEM;  // the first chunk fails; its fallback unmaps the whole rest in one call
     };
-    scripted_queue q{inline_mode({.unmap_chunk_bytes = 2 * mib, .max_step = 200us, .prior = exact_model()})};
+    scripted_queue q{inline_mode({.unmap_chunk_bytes = 2 * mib, .max_step = 200us, .first_step_ns_per_byte = unmap_rate, .prior = exact_model()})};
     q.push(dt::make_region(20 * mib));
     REQUIRE(q.drain(1ns).steps == 1);
     const auto stats = q.stats();
@@ -596,7 +597,7 @@ TEST_CASE("stats: a preempted munmap step is neither a prediction error nor over
     constexpr double rate = 3.0 / 64.0;  // exact in binary, as above
     auto& os = scripted_costs();
     os.unmap_ns_per_byte = rate;
-    scripted_queue q{inline_mode({.max_step = 200us, .prior = unmap_model(rate)})};
+    scripted_queue q{inline_mode({.max_step = 200us, .first_step_ns_per_byte = rate, .prior = unmap_model(rate)})};
     q.push(dt::make_region(20 * mib));
     os.preempt = 5ms;  // 5 ms of wall time in which the thread had no CPU
     REQUIRE(q.drain(1ns).steps == 1);
@@ -610,7 +611,7 @@ TEST_CASE("stats: a preempted munmap step is neither a prediction error nor over
 TEST_CASE("stats: every munmap step is booked once and no close is, inline and on the unmapping worker") {
     scripted_costs();
     {
-        scripted_queue q{inline_mode(two_mib_steps({.prior = exact_model()}))};
+        scripted_queue q{inline_mode(two_mib_steps({.first_step_ns_per_byte = unmap_rate, .prior = exact_model()}))};
         q.push(dt::make_region(5 * mib));
         q.flush();
         CHECK(dt::script().count(call_kind::unmap) == 3);
@@ -618,7 +619,7 @@ TEST_CASE("stats: every munmap step is booked once and no close is, inline and o
     }
     scripted_costs();
     {
-        scripted_queue q{two_mib_steps({.unmap_on_worker = true, .worker_pause = 0ns, .prior = exact_model()})};
+        scripted_queue q{two_mib_steps({.first_step_ns_per_byte = unmap_rate, .unmap_on_worker = true, .worker_pause = 0ns, .prior = exact_model()})};
         q.push(dt::make_region(5 * mib));
         q.drain(0ns);
         q.flush();
@@ -682,7 +683,7 @@ TEST_CASE("queue: the unmapping worker learns from its own CPU time, not the dra
     auto entered = gate.entered.get_future();
     gated_os::gate.store(&gate);
     du::basic_reclaim_queue<dt::manual_clock, gated_os> q{
-        two_mib_steps({.unmap_on_worker = true, .worker_pause = 0ns, .prior = exact_model()})};
+        two_mib_steps({.first_step_ns_per_byte = unmap_rate, .unmap_on_worker = true, .worker_pause = 0ns, .prior = exact_model()})};
     q.push(make_region_for<gated_os>(4 * mib));  // two 2 MiB munmap steps and a close, all on the worker
     q.drain(1ms);
     const bool worker_inside = entered.wait_for(10s) == std::future_status::ready;

@@ -2,6 +2,8 @@
 
 #include "test_support.hpp"
 
+#include <cmath>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -128,6 +130,12 @@ TEST_CASE("queue: over max_pending_items with close_on_worker, the pushing threa
     CHECK(q.stats().cap_steps >= 992);
     q.flush();
     CHECK(dt::script().open_fds() == 0);
+}
+
+TEST_CASE("options: a negative, NaN or infinite first_step_ns_per_byte is refused") {
+    for (const double bad : {-0.01, std::nan(""), std::numeric_limits<double>::infinity()})
+        CHECK(du::validate(du::reclaim_options{.first_step_ns_per_byte = bad}) == std::errc::invalid_argument);
+    CHECK(!du::validate(du::reclaim_options{.first_step_ns_per_byte = 0.0}));
 }
 
 TEST_CASE("options: max_pending_items of 0 is refused") {

@@ -28,7 +28,7 @@ void scripted_costs(std::chrono::nanoseconds pause_overshoot = {}) {
 }
 
 du::reclaim_options paced(std::chrono::nanoseconds pause) {
-    return inline_mode({.max_step = 200us, .prior = exact_model(), .drain_pause = pause});
+    return inline_mode({.max_step = 200us, .first_step_ns_per_byte = unmap_rate, .prior = exact_model(), .drain_pause = pause});
 }
 
 std::vector<dt::os_call> calls_since(std::size_t seen) {
@@ -220,7 +220,7 @@ TEST_CASE("drain_pause: the sleep is not booked as part of a step, nor learned a
         os.call_overhead = 1us;
         os.unmap_ns_per_byte = rate;
     };
-    const auto options = inline_mode({.max_step = 200us, .prior = model, .drain_pause = 150us});
+    const auto options = inline_mode({.max_step = 200us, .first_step_ns_per_byte = model.unmap_ns_per_byte, .prior = model, .drain_pause = 150us});
     {
         costs();
         scripted_queue q{options};
@@ -261,7 +261,7 @@ TEST_CASE("drain_pause: flush and a push over the cap run their steps back to ba
 
 TEST_CASE("drain_pause: with closes on the worker, the pause still falls between two pools' munmaps") {
     scripted_costs();
-    scripted_queue q{{.max_step = 200us, .prior = exact_model(), .drain_pause = 30us}};
+    scripted_queue q{{.max_step = 200us, .first_step_ns_per_byte = unmap_rate, .prior = exact_model(), .drain_pause = 30us}};
     for (int i = 0; i < 3; ++i) q.push(dt::make_region(3 * mib));  // one munmap step each
     q.drain(10ms);
     REQUIRE(q.wait_for_worker(10s));

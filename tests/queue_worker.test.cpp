@@ -84,7 +84,7 @@ TEST_CASE("queue: with close_on_worker, a close is handed off only after its poo
 
 TEST_CASE("queue: with close_on_worker, a drain whose budget is spent hands off no further descriptors") {
     dt::reset().unmap_ns_per_byte = 1.0;  // the region's one 2 MiB munmap: ~2.1 ms, over the budget
-    scripted_queue q{{.close_on_worker = true}};
+    scripted_queue q{{.max_step = 10ms, .close_on_worker = true}};  // one step for the whole region
     q.push(dt::make_region(2 * mib));
     for (int i = 0; i < 5; ++i) q.push(dt::scripted_fd{dt::script().open_fd()});
     const auto report = q.drain(1ms);

@@ -51,6 +51,7 @@ inline du_queue_options defaults() noexcept {
     opts.drain_pause_ns = d.drain_pause.count();
     opts.max_step_deviations = d.max_step_deviations;
     opts.max_pending_items = d.max_pending_items;
+    opts.first_step_ns_per_byte = d.first_step_ns_per_byte;
     return opts;
 }
 
@@ -73,11 +74,12 @@ inline constexpr std::size_t earlier_options_sizes[] = {
     offsetof(du_queue_options, drain_pause_ns),       // + max_step_ns
     offsetof(du_queue_options, max_step_deviations),  // + drain_pause_ns
     offsetof(du_queue_options, max_pending_items),    // + max_step_deviations
+    offsetof(du_queue_options, first_step_ns_per_byte),  // + max_pending_items
 };
 static_assert(std::ranges::all_of(earlier_options_sizes,
                                    [](std::size_t size) { return size % alignof(du_queue_options) == 0; }),
               "an entry is not a sizeof: add the size the struct had, padding included");
-static_assert(offsetof(du_queue_options, max_pending_items) + sizeof(std::uint64_t) == sizeof(du_queue_options),
+static_assert(offsetof(du_queue_options, first_step_ns_per_byte) + sizeof(double) == sizeof(du_queue_options),
               "a field was appended to du_queue_options: add the sizeof the struct had before it above");
 
 // What a caller compiled against another header passed: its fields over the defaults of the rest.
@@ -113,6 +115,7 @@ inline reclaim_options to_options(const du_queue_options& opts) noexcept {
     options.drain_pause = std::chrono::nanoseconds{opts.drain_pause_ns};
     options.max_step_deviations = opts.max_step_deviations;
     options.max_pending_items = static_cast<std::size_t>(std::min<std::uint64_t>(opts.max_pending_items, SIZE_MAX));
+    options.first_step_ns_per_byte = opts.first_step_ns_per_byte;
     if (opts.on_error != nullptr) {
         options.on_error = [fn = opts.on_error, data = opts.on_error_data](const reclaim_error& e) {
             const du_error error{e.op == reclaim_error::operation::unmap ? DU_OP_UNMAP : DU_OP_CLOSE, e.error, e.addr,

@@ -11,8 +11,7 @@
 //   deferred_unmap::cost_model model;                      // priors measured on a 2-core VM
 //   auto cost = model.predict_unmap(2 << 20);              // ~ 100 us
 //   model.learn_unmap(2 << 20, std::chrono::microseconds{60});
-//   deferred_unmap::reclaim_queue q{{.prior = model}};     // start from a tuned model: its munmap
-//                                                          // rate is also each pool's first-step floor
+//   deferred_unmap::reclaim_queue q{{.prior = model}};     // start from a tuned model
 #pragma once
 
 #include <algorithm>
@@ -25,8 +24,8 @@ namespace deferred_unmap {
 struct cost_model {
     /// Priors: tearing down a 19.8 MiB memfd pool with 4 KiB folios, mapping first, costs ~0.9 ms of
     /// munmap and ~2.7 ms of close (which frees the pages) on a 2-core VM (a desktop is ~4x faster).
-    /// Erring high only makes the first drains cautious. The munmap prior is also the floor of the
-    /// rate each pool's first step is sized at (reclaim_options::max_step).
+    /// Erring high only makes the first drains cautious. Each pool's first step is sized at
+    /// reclaim_options::first_step_ns_per_byte or slower, whatever this says.
     double unmap_ns_per_byte = 0.05;
     double close_ns_per_byte = 0.15;
     /// Cost of a call that frees nothing (syscall entry, VMA lookup); not learned.

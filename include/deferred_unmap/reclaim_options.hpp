@@ -27,13 +27,13 @@ inline constexpr std::chrono::nanoseconds max_worker_pause = std::chrono::millis
 
 struct reclaim_options {
     /// Largest munmap per step, rounded up to whole pages: a cap for when the model is wrong, since
-    /// max_step sizes the steps (at the default prior, a pool's first step is about 3.8 MiB and its
-    /// later ones at most twice that). Each cut costs CPU (2 MiB steps ~8% more in total than one
+    /// max_step sizes the steps (by default a pool's first step is about 1.3 MiB and its later ones at
+    /// most twice that). Each cut costs CPU (2 MiB steps ~8% more in total than one
     /// munmap of a 19.8 MiB pool, 512 KiB ~30%).
     std::size_t unmap_chunk_bytes = std::size_t{64} << 20;
     /// Longest a munmap step is predicted to take (and so to hold mmap_lock). Pools differ (one the
     /// compositor read has page tables to clear, one it never read has none), so each pool's first step
-    /// is sized at the cautious rate R = max(prior.unmap_ns_per_byte, the learned
+    /// is sized at the cautious rate R = max(first_step_ns_per_byte, the learned
     /// unmap_ns_per_byte_high(max_step_deviations)), and its later steps at the rate of its own last
     /// step (as many deviations high), but never past twice the first: however many cheap pools taught the
     /// model, no step of a dear one runs far past max_step. A step takes min(unmap_chunk_bytes, what is
@@ -47,6 +47,12 @@ struct reclaim_options {
     /// on a 2-vCPU VM 4-10% of steps ran past max_step, against 13-31% sized by the mean (0).
     /// Drain budgets still use the mean. Must be finite and >= 0.
     double max_step_deviations = 2.0;
+    /// The munmap rate, in ns a byte, every pool's first step is sized at unless the model learned a
+    /// slower one (see max_step). Not learned and not part of the prior, so neither a run of cheap
+    /// pools nor a prior carried over from them can lower it. 0.15: a read 64 MiB memfd pool unmapped
+    /// at 0.12-0.16 on a 2-vCPU VM (docs/benchmarks.md), three times the prior's mean. A pool dearer
+    /// than this runs its first step past max_step by the ratio. Must be finite and >= 0.
+    double first_step_ns_per_byte = 0.15;
     /// Hard cap on mapped bytes waiting; a push beyond it reclaims the oldest at once until it fits.
     std::size_t max_pending_bytes = std::numeric_limits<std::size_t>::max();
     /// Hard cap on items waiting for the queue's own steps; a push beyond it reclaims the oldest at
@@ -103,6 +109,7 @@ namespace detail {
 // One rule per checked field: validate() and a queue built without exceptions share them.
 inline bool valid_max_step(std::chrono::nanoseconds step) noexcept { return step > std::chrono::nanoseconds::zero(); }
 inline bool valid_step_deviations(double k) noexcept { return std::isfinite(k) && k >= 0.0; }
+inline bool valid_first_step_rate(double rate) noexcept { return std::isfinite(rate) && rate >= 0.0; }
 inline bool valid_drain_pause(std::chrono::nanoseconds pause) noexcept { return pause >= std::chrono::nanoseconds::zero(); }
 inline bool valid_worker_pause(std::chrono::nanoseconds pause) noexcept {
     return pause >= std::chrono::nanoseconds::zero() && pause <= max_worker_pause;
@@ -112,11 +119,12 @@ inline bool valid_max_pending_items(std::size_t items) noexcept { return items >
 
 /// Empty when a queue accepts `options`; std::errc::invalid_argument when the prior is not valid()
 /// (negative, NaN or infinite), max_step is not positive, max_step_deviations is negative, NaN or
-/// infinite, drain_pause is negative, worker_pause lies outside 0..max_worker_pause, or
+/// infinite, first_step_ns_per_byte is negative, NaN or infinite, drain_pause is negative, worker_pause lies outside 0..max_worker_pause, or
 /// max_pending_items is 0. O(1), no allocation.
 [[nodiscard]] inline std::error_code validate(const reclaim_options& options) noexcept {
     const bool valid = options.prior.valid() && detail::valid_max_step(options.max_step) &&
                        detail::valid_step_deviations(options.max_step_deviations) &&
+                       detail::valid_first_step_rate(options.first_step_ns_per_byte) &&
                        detail::valid_drain_pause(options.drain_pause) && detail::valid_worker_pause(options.worker_pause) &&
                        detail::valid_max_pending_items(options.max_pending_items);
     return valid ? std::error_code{} : std::make_error_code(std::errc::invalid_argument);

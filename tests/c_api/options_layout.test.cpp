@@ -16,6 +16,7 @@ constexpr std::size_t earlier_sizes[] = {
     offsetof(du_queue_options, drain_pause_ns),       // + max_step_ns
     offsetof(du_queue_options, max_step_deviations),  // + drain_pause_ns
     offsetof(du_queue_options, max_pending_items),    // + max_step_deviations
+    offsetof(du_queue_options, first_step_ns_per_byte),  // + max_pending_items
 };
 
 constexpr unsigned char garbage = 0xab;
@@ -47,6 +48,7 @@ TEST_CASE("c api: a caller built against an earlier header keeps its fields, the
         if (size <= offsetof(du_queue_options, max_step_ns)) CHECK(got.max_step == defaults.max_step);
         if (size <= offsetof(du_queue_options, drain_pause_ns)) CHECK(got.drain_pause == defaults.drain_pause);
         CHECK(got.max_step_deviations == defaults.max_step_deviations);
+        CHECK(got.first_step_ns_per_byte == defaults.first_step_ns_per_byte);
         du_queue_destroy(q);
     }
 }

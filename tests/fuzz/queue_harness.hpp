@@ -306,6 +306,7 @@ private:
         o.unmap_on_worker = mode == 2 || mode == 3;
         o.worker_pause = ns{0};
         o.prior.unmap_ns_per_byte = static_cast<double>(source_.below(100)) / 400.0;
+        o.first_step_ns_per_byte = static_cast<double>(source_.below(100)) / 400.0;
         o.prior.close_ns_per_byte = static_cast<double>(source_.below(100)) / 200.0;
         o.prior.call_overhead = ns{static_cast<std::int64_t>(source_.below(5000))};
         o.initial_capacity = source_.below(3) == 0 ? 0 : source_.below(100);
@@ -723,8 +724,8 @@ private:
     // Closes are handed to the worker one by one (close_on_worker, unless the worker makes every call).
     [[nodiscard]] bool hands_off() const noexcept { return options_.close_on_worker && !options_.unmap_on_worker; }
     // The reference rule for a step's length, written out apart from the queue's. What may fit: an
-    // item's first step, at the cautious rate (the prior's or the model's rate max_step_deviations
-    // learned deviations high, whichever is slower); its later steps, at its own last step's rate as
+    // item's first step, at the cautious rate (first_step_ns_per_byte or the model's rate
+    // max_step_deviations learned deviations high, whichever is slower); its later steps, at its own last step's rate as
     // many deviations high, but at most twice the first. The chunk capped by what is left when that
     // fits; otherwise an even share, in whole pages, of what is left among the fewest steps no longer
     // than the whole pages that fit (at least one page).
@@ -733,7 +734,7 @@ private:
         const std::size_t left = it.length - it.unmapped;
         const std::size_t cap = std::min(chunk_, left);
         const double k = options_.max_step_deviations;
-        const double cautious = std::max(options_.prior.unmap_ns_per_byte, model_.unmap_ns_per_byte_high(k));
+        const double cautious = std::max(options_.first_step_ns_per_byte, model_.unmap_ns_per_byte_high(k));
         const std::size_t first = fit_at(cautious, cap);
         const std::size_t fit = it.rate < 0.0 ? first
                                               : std::min(fit_at(it.rate + k * model_.unmap_deviation_ns_per_byte, cap),

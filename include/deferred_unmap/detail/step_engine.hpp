@@ -287,12 +287,13 @@ private:
 
     // Pools differ: one the compositor read has page tables to zap, one it never read has none, so a
     // rate learned from other pools says little about this one. A pool's first step is sized at the
-    // cautious rate, the slower of the prior and the learned slow rate, so however many cheap pools
-    // came before, it holds mmap_lock about max_step at most. Its own rate, from that step, sizes the
+    // cautious rate, the slower of first_step_ns_per_byte and the learned slow rate, so however many
+    // cheap pools came before (in this queue or in a prior carried over), it holds mmap_lock about
+    // max_step at most. Its own rate, from that step, sizes the
     // rest, up to twice the cautious step: a pool read only in part keeps every step under ~2x max_step.
     [[nodiscard]] std::size_t fitting_step() const DU_REQUIRES(mutex_) {
         const double deviations = options_.max_step_deviations;
-        const double cautious = std::max(options_.prior.unmap_ns_per_byte, model_.unmap_ns_per_byte_high(deviations));
+        const double cautious = std::max(options_.first_step_ns_per_byte, model_.unmap_ns_per_byte_high(deviations));
         const std::size_t probe = step_bytes(model_.call_overhead, cautious, options_.max_step, page_size());
         if (item_rate_ < 0.0) return probe;
         const double own = item_rate_ + deviations * model_.unmap_deviation_ns_per_byte;
