@@ -37,7 +37,7 @@ cleanup() {
 trap cleanup EXIT
 export XDG_RUNTIME_DIR=$runtime
 
-printf '%-12s %8s %8s %8s %8s %8s %12s\n' build fds_idle fds_held fds_after maps_held maps_after fds_held-idle
+printf '%-18s %8s %8s %8s %8s %8s %12s\n' build fds_idle fds_held fds_after maps_held maps_after fds_held-idle
 # Waits up to 10 s for a line in a file, then prints its last field.
 wait_for_line() {
 	for _ in $(seq 100); do
@@ -78,7 +78,7 @@ for spec in "$@"; do
 	wait "$server_pid"
 	server_pid=
 	rm -f "$runtime/server.out" "$runtime/client.out"
-	printf '%-12s %8s %8s %8s %8s %8s %12s\n' "$name" "$idle" "$held" "$after" "$maps_held" "$maps_after" \
+	printf '%-18s %8s %8s %8s %8s %8s %12s\n' "$name" "$idle" "$held" "$after" "$maps_held" "$maps_after" \
 		$((held - idle))
 	[[ $held_pools == "$pools" ]] || { echo "$name: the client held $held_pools pools" >&2; exit 1; }
 done
