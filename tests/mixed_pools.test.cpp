@@ -138,6 +138,19 @@ TEST_CASE("mixed pools: a read pool three times dearer than the prior keeps its 
     CHECK(longest(pool_costs::unmap_times(seen)) <= 3 * max_step);
 }
 
+TEST_CASE("mixed pools: after never-read pools, drain_until(now + 10 us) starts no step of a read pool it cannot afford") {
+    pool_costs pools{measured_read_rate};
+    scripted_queue q;
+    teach_cheap_pools(q, pools);
+    q.push(pools.make(pool_bytes, 0, pool_bytes));
+    const auto start = dt::manual_clock::now();
+    const auto report = q.drain_until(start + 10us);
+    CHECK(report.elapsed <= 10us);
+    CHECK(report.steps == 0);
+    CHECK(q.drain_until(dt::manual_clock::now() + 1ms).steps >= 1);  // a frame's budget still makes progress
+    q.flush();
+}
+
 TEST_CASE("mixed pools: a queue seeded with a model cheap pools taught still sizes a read pool's first step cautiously") {
     pool_costs pools{measured_read_rate};
     du::cost_model taught;

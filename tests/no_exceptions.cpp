@@ -49,6 +49,7 @@ int main() {
     refused.max_step_deviations = -1.0;
     refused.max_step = std::chrono::nanoseconds{-1};
     refused.prior.unmap_deviation_ns_per_byte = -1.0;
+    refused.first_step_ns_per_byte = std::nan("");
     if (!du::validate(refused)) return std::puts("validate must refuse these"), 1;
     du::reclaim_queue queue{refused};
     queue.push(std::move(old));

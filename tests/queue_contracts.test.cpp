@@ -183,7 +183,7 @@ TEST_CASE("contention: stats() and model() do not wait for another thread's step
 
 TEST_CASE("drain_until: never starts a step predicted to end after the deadline, not even a first one") {
     dt::reset().unmap_ns_per_byte = 0.05;  // a 2 MiB munmap: ~105 us
-    scripted_queue q{inline_mode(two_mib_steps({.prior = exact(0.05, 0.0)}))};
+    scripted_queue q{inline_mode(two_mib_steps({.first_step_ns_per_byte = 0.05, .prior = exact(0.05, 0.0)}))};
     q.push(dt::make_region(8 * mib));
     const auto now = dt::manual_clock::now();
     CHECK(q.drain_until(now).steps == 0);              // already due: a late frame thread loses nothing

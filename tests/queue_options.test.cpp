@@ -132,10 +132,10 @@ TEST_CASE("queue: over max_pending_items with close_on_worker, the pushing threa
     CHECK(dt::script().open_fds() == 0);
 }
 
-TEST_CASE("options: a negative, NaN or infinite first_step_ns_per_byte is refused") {
-    for (const double bad : {-0.01, std::nan(""), std::numeric_limits<double>::infinity()})
+TEST_CASE("options: a zero, negative, NaN or infinite first_step_ns_per_byte is refused") {
+    for (const double bad : {0.0, -0.01, std::nan(""), std::numeric_limits<double>::infinity()})
         CHECK(du::validate(du::reclaim_options{.first_step_ns_per_byte = bad}) == std::errc::invalid_argument);
-    CHECK(!du::validate(du::reclaim_options{.first_step_ns_per_byte = 0.0}));
+    CHECK(!du::validate(du::reclaim_options{.first_step_ns_per_byte = 1e-6}));
 }
 
 TEST_CASE("options: max_pending_items of 0 is refused") {

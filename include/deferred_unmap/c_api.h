@@ -98,7 +98,7 @@ typedef struct du_queue_options {
     uint64_t max_pending_items; /* a push beyond this many items waiting reclaims the oldest at once;
                                    > 0 (default 16384); uint64_t so no layout pads after it */
     double first_step_ns_per_byte; /* munmap rate each pool's first step is sized at unless the model
-                                      learned a slower one; finite and >= 0 (default 0.15) */
+                                      learned a slower one; finite and > 0 (default 0.15) */
 } du_queue_options;
 
 /* Totals since the queue was made, and the last burst (from a push into an empty queue until it was

@@ -5,7 +5,8 @@
 // exceptions checks first. Plain data, copyable.
 //
 //   deferred_unmap::reclaim_options options;               // close_on_worker: the recommended mode
-//   options.prior.unmap_ns_per_byte = 0.012;                // a tuned desktop
+//   options.prior.unmap_ns_per_byte = 0.012;                // a tuned desktop:
+//   options.first_step_ns_per_byte = 0.04;                  // a quarter of the VM's, as its prior
 //   if (auto ec = deferred_unmap::validate(options)) log("bad options: %s", ec.message().c_str());
 //   deferred_unmap::reclaim_queue queue{std::move(options)};
 #pragma once
@@ -47,11 +48,14 @@ struct reclaim_options {
     /// on a 2-vCPU VM 4-10% of steps ran past max_step, against 13-31% sized by the mean (0).
     /// Drain budgets still use the mean. Must be finite and >= 0.
     double max_step_deviations = 2.0;
-    /// The munmap rate, in ns a byte, every pool's first step is sized at unless the model learned a
-    /// slower one (see max_step). Not learned and not part of the prior, so neither a run of cheap
-    /// pools nor a prior carried over from them can lower it. 0.15: a read 64 MiB memfd pool unmapped
-    /// at 0.12-0.16 on a 2-vCPU VM (docs/benchmarks.md), three times the prior's mean. A pool dearer
-    /// than this runs its first step past max_step by the ratio. Must be finite and >= 0.
+    /// The munmap rate, in ns a byte, every pool's first step is sized and predicted at unless the
+    /// model learned a slower one (see max_step). Not learned and not part of the prior, so neither a
+    /// run of cheap pools nor a prior carried over from them can lower it. 0.15: a read 64 MiB memfd
+    /// pool unmapped at 0.12-0.16 (wall clock) and its 1.3 MiB first steps at 0.15-0.22 (CPU time) on a
+    /// 2-vCPU VM (examples/03_mixed_pools, docs/benchmarks.md). A pool dearer than this runs its first
+    /// step past max_step by the ratio; a host that sets it near 0 leaves the first step to the
+    /// learned model alone, as before this option. A tuned desktop lowers it with its prior. Must be
+    /// finite and > 0.
     double first_step_ns_per_byte = 0.15;
     /// Hard cap on mapped bytes waiting; a push beyond it reclaims the oldest at once until it fits.
     std::size_t max_pending_bytes = std::numeric_limits<std::size_t>::max();
@@ -109,7 +113,7 @@ namespace detail {
 // One rule per checked field: validate() and a queue built without exceptions share them.
 inline bool valid_max_step(std::chrono::nanoseconds step) noexcept { return step > std::chrono::nanoseconds::zero(); }
 inline bool valid_step_deviations(double k) noexcept { return std::isfinite(k) && k >= 0.0; }
-inline bool valid_first_step_rate(double rate) noexcept { return std::isfinite(rate) && rate >= 0.0; }
+inline bool valid_first_step_rate(double rate) noexcept { return std::isfinite(rate) && rate > 0.0; }
 inline bool valid_drain_pause(std::chrono::nanoseconds pause) noexcept { return pause >= std::chrono::nanoseconds::zero(); }
 inline bool valid_worker_pause(std::chrono::nanoseconds pause) noexcept {
     return pause >= std::chrono::nanoseconds::zero() && pause <= max_worker_pause;
@@ -119,8 +123,8 @@ inline bool valid_max_pending_items(std::size_t items) noexcept { return items >
 
 /// Empty when a queue accepts `options`; std::errc::invalid_argument when the prior is not valid()
 /// (negative, NaN or infinite), max_step is not positive, max_step_deviations is negative, NaN or
-/// infinite, first_step_ns_per_byte is negative, NaN or infinite, drain_pause is negative, worker_pause lies outside 0..max_worker_pause, or
-/// max_pending_items is 0. O(1), no allocation.
+/// infinite, first_step_ns_per_byte is not positive or not finite, drain_pause is negative,
+/// worker_pause lies outside 0..max_worker_pause, or max_pending_items is 0. O(1), no allocation.
 [[nodiscard]] inline std::error_code validate(const reclaim_options& options) noexcept {
     const bool valid = options.prior.valid() && detail::valid_max_step(options.max_step) &&
                        detail::valid_step_deviations(options.max_step_deviations) &&

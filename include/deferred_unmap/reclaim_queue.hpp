@@ -163,7 +163,8 @@ public:
     }
 
     /// Runs steps while each is predicted to end by `deadline`; never starts one predicted to end later,
-    /// so a frame thread that is already late may call it safely. An item whose one step can never fit
+    /// so a frame thread that is already late may call it safely. A pool's first munmap is predicted at
+    /// the cautious rate it is sized at, about max_step: a deadline nearer than that starts none. An item whose one step can never fit
     /// (a close longer than any deadline given) still goes: through drain() from the idle timer, whose
     /// first step always runs, or on the worker. With drain_pause it may end late by how much one sleep
     /// outlasts what the queue has learned its sleeps take. Otherwise as drain().
@@ -242,6 +243,8 @@ private:
         if (!detail::valid_max_step(options.max_step)) options.max_step = defaults.max_step;
         if (!detail::valid_step_deviations(options.max_step_deviations))
             options.max_step_deviations = defaults.max_step_deviations;
+        if (!detail::valid_first_step_rate(options.first_step_ns_per_byte))
+            options.first_step_ns_per_byte = defaults.first_step_ns_per_byte;
         if (!detail::valid_drain_pause(options.drain_pause)) options.drain_pause = defaults.drain_pause;
         if (!detail::valid_worker_pause(options.worker_pause)) options.worker_pause = defaults.worker_pause;
         if (!detail::valid_max_pending_items(options.max_pending_items)) options.max_pending_items = defaults.max_pending_items;

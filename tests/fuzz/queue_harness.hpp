@@ -306,7 +306,7 @@ private:
         o.unmap_on_worker = mode == 2 || mode == 3;
         o.worker_pause = ns{0};
         o.prior.unmap_ns_per_byte = static_cast<double>(source_.below(100)) / 400.0;
-        o.first_step_ns_per_byte = static_cast<double>(source_.below(100)) / 400.0;
+        o.first_step_ns_per_byte = static_cast<double>(1 + source_.below(100)) / 400.0;
         o.prior.close_ns_per_byte = static_cast<double>(source_.below(100)) / 200.0;
         o.prior.call_overhead = ns{static_cast<std::int64_t>(source_.below(5000))};
         o.initial_capacity = source_.below(3) == 0 ? 0 : source_.below(100);
@@ -734,8 +734,7 @@ private:
         const std::size_t left = it.length - it.unmapped;
         const std::size_t cap = std::min(chunk_, left);
         const double k = options_.max_step_deviations;
-        const double cautious = std::max(options_.first_step_ns_per_byte, model_.unmap_ns_per_byte_high(k));
-        const std::size_t first = fit_at(cautious, cap);
+        const std::size_t first = fit_at(cautious(), cap);
         const std::size_t fit = it.rate < 0.0 ? first
                                               : std::min(fit_at(it.rate + k * model_.unmap_deviation_ns_per_byte, cap),
                                                          first >= cap ? cap : 2 * first);
@@ -764,12 +763,16 @@ private:
         if (fits >= static_cast<double>(cap)) return cap;
         return std::min(std::max(static_cast<std::size_t>(fits) / page, std::size_t{1}) * page, cap);
     }
-    // A munmap at the item's own rate once it has one, else the model's.
+    // A munmap at the item's own rate once it has one, else at the cautious rate its first step is
+    // sized at.
     [[nodiscard]] ns predict(const ref_item& it) const noexcept {
         if (!unmapping(it)) return model_.predict_close(it.close_bytes);
         du::cost_model at = model_;
-        if (it.rate >= 0.0) at.unmap_ns_per_byte = it.rate;
+        at.unmap_ns_per_byte = it.rate >= 0.0 ? it.rate : cautious();
         return at.predict_unmap(next_chunk(it));
+    }
+    [[nodiscard]] double cautious() const noexcept {
+        return std::max(options_.first_step_ns_per_byte, model_.unmap_ns_per_byte_high(options_.max_step_deviations));
     }
     [[nodiscard]] std::size_t pending_bytes_ref() const noexcept {
         std::size_t total = 0;

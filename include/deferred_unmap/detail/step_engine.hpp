@@ -292,26 +292,28 @@ private:
     // max_step at most. Its own rate, from that step, sizes the
     // rest, up to twice the cautious step: a pool read only in part keeps every step under ~2x max_step.
     [[nodiscard]] std::size_t fitting_step() const DU_REQUIRES(mutex_) {
-        const double deviations = options_.max_step_deviations;
-        const double cautious = std::max(options_.first_step_ns_per_byte, model_.unmap_ns_per_byte_high(deviations));
-        const std::size_t probe = step_bytes(model_.call_overhead, cautious, options_.max_step, page_size());
+        const std::size_t probe = step_bytes(model_.call_overhead, cautious_rate(), options_.max_step, page_size());
         if (item_rate_ < 0.0) return probe;
-        const double own = item_rate_ + deviations * model_.unmap_deviation_ns_per_byte;
+        const double own = item_rate_ + options_.max_step_deviations * model_.unmap_deviation_ns_per_byte;
         const std::size_t grown = probe > std::numeric_limits<std::size_t>::max() / max_growth ? probe : probe * max_growth;
         return std::min(step_bytes(model_.call_overhead, own, options_.max_step, page_size()), grown);
     }
 
-    // An unknown close (see size_close) is predicted at a day: no deadline fits it.
+    [[nodiscard]] double cautious_rate() const DU_REQUIRES(mutex_) {
+        return std::max(options_.first_step_ns_per_byte, model_.unmap_ns_per_byte_high(options_.max_step_deviations));
+    }
+
+    // A pool's first munmap is predicted at the rate it was sized at: the learned mean may come from
+    // cheaper pools, and drain_until must not start a step it cannot afford. An unknown close (see
+    // size_close) is predicted at a day: no deadline fits it.
     [[nodiscard]] std::chrono::nanoseconds predict_next() const DU_REQUIRES(mutex_) {
         if (!unmapping()) {
             const reclaim_item& it = target();
             return it.close_bytes_known ? model_.predict_close(it.close_bytes) : std::chrono::hours{24};
         }
-        const std::size_t bytes = next_chunk();
-        if (item_rate_ < 0.0) return model_.predict_unmap(bytes);
-        cost_model own = model_;
-        own.unmap_ns_per_byte = item_rate_;
-        return own.predict_unmap(bytes);
+        cost_model at = model_;
+        at.unmap_ns_per_byte = item_rate_ < 0.0 ? cautious_rate() : item_rate_;
+        return at.predict_unmap(next_chunk());
     }
 
     // Runs the current item's next step, learns from its time and books it; returns the time after.
