@@ -63,7 +63,9 @@ suite_config() {
         # wlr-randr gives labwc's headless output the 2880x1800 mode sway gets from its config.
         PACKAGES="kwin-wayland sway labwc weston mutter dbus-user-session gsettings-desktop-schemas bpftrace wlr-randr"
         # build-dep of a binary package picks its source: sid holds wlroots 0.19 and 0.20 sources.
+        # libei-dev: KWin's autotests need it (BUILD_TESTING=ON); Debian's build of kwin does not.
         BUILD_DEPS="kwin libwlroots-0.20-dev wayland"
+        PACKAGES="$PACKAGES libei-dev"
         ;;
     *) die "unknown suite '$SUITE' (trixie or sid)" ;;
     esac
@@ -83,11 +85,13 @@ load_suite() {
 }
 
 # lock VAR FILE -s|-x: flock FILE on a new descriptor (stored in VAR), saying so when it has to wait
+# (its own variable has a name no caller uses: bash's locals are dynamically scoped)
 lock() {
-    local var=$1 file=$2 mode=$3 fd
-    exec {fd}>>"$file"
-    printf -v "$var" %s "$fd"
-    flock -n "$mode" "$fd" || { log "waiting for $file (another lab.sh holds it)"; flock "$mode" "$fd"; }
+    local _lock_var=$1 _lock_file=$2 _lock_mode=$3 _lock_fd
+    exec {_lock_fd}>>"$_lock_file"
+    printf -v "$_lock_var" %s "$_lock_fd"
+    flock -n "$_lock_mode" "$_lock_fd" \
+        || { log "waiting for $_lock_file (another lab.sh holds it)"; flock "$_lock_mode" "$_lock_fd"; }
 }
 
 # series_patches KIND-DIR: the *.patch files of ports/KIND-DIR in order (none when it does not exist)
@@ -233,14 +237,20 @@ cmd_setup() {
 #   /src/wayland-NAME/           (sid) one copy of libwayland per build
 #   /opt/lab/wayland-NAME/       its libwayland-server.so.0*, loaded by weston and Mutter via LD_LIBRARY_PATH
 
-# copy_checkout DIR: this checkout's tracked and untracked files that exist (a file deleted but not
-# yet committed is skipped) into DIR/src/deferred_unmap
+# library_files: NUL-separated, this checkout's tracked and untracked files that exist (a file
+# deleted but not yet committed is skipped) and that the library, its packages or the lab's clients
+# are built from: not ports/, docs/, tests/, .ci/ or README.md, so that an edit there (a result, this script)
+# does not rebuild and reinstall the packages
+library_files() {
+    (cd "$repo" && git ls-files -z --cached --others --exclude-standard -- . ':!ports' ':!docs' ':!README.md' ':!tests' ':!.ci' |
+        while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done)
+}
+
+# copy_checkout DIR: library_files into DIR/src/deferred_unmap
 copy_checkout() {
     local dir=$1
     rm -rf "$dir/src/deferred_unmap" && mkdir -p "$dir/src/deferred_unmap"
-    (cd "$repo" && git ls-files -z --cached --others --exclude-standard |
-        while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
-        xargs -0 cp --parents -t "$dir/src/deferred_unmap")
+    library_files | (cd "$repo" && xargs -0 cp --parents -t "$dir/src/deferred_unmap")
 }
 
 # The include directory of the installed library: /usr/local when it came from cmake --install.
@@ -266,9 +276,7 @@ cmake_install_library() {
 
 # checkout_digest: one hash of the names and contents of the files copy_checkout copies
 checkout_digest() {
-    (cd "$repo" && git ls-files -z --cached --others --exclude-standard |
-        while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
-        LC_ALL=C sort -z | xargs -0 -r sha256sum --) | sha256sum | cut -d' ' -f1
+    library_files | LC_ALL=C sort -z | (cd "$repo" && xargs -0 -r sha256sum --) | sha256sum | cut -d' ' -f1
 }
 
 # install_library DIR: the library and the lab's clients from this checkout into the root, unless
@@ -945,10 +953,10 @@ measure_one() {
     rm -rf "$dir$run_dir" "$dir$run_dir".*
 }
 
-# shm_compositor_client DIR OUT REP SHAPE TRACE ARGS...: one client run under the project's
-# compositor, which starts the client itself; the tracer attaches once its socket is up
+# shm_compositor_client DIR OUT REP MODE SHAPE TRACE ARGS...: one client run under the project's
+# compositor in MODE, which starts the client itself; the tracer attaches once its socket is up
 shm_compositor_client() {
-    local dir=$1 out=$2 rep=$3 shape=$4 trace=$5 mode=queue+worker-unmap; shift 5
+    local dir=$1 out=$2 rep=$3 mode=$4 shape=$5 trace=$6; shift 6
     local rd=/run/lab/shm-$$ name=$shape fields=() i pid=
     [ "$trace" = on ] || name=$shape/no-tracer
     rm -rf "$dir$rd" && mkdir -p "$dir$rd" && chmod 700 "$dir$rd"
@@ -957,7 +965,7 @@ shm_compositor_client() {
     local client=("$CLIENT" "$@" --json "$rd/client.json")
     [ "$trace" != on ] || client=(/bin/sh -c "while [ ! -e $rd/go ]; do sleep 0.05; done; exec \"\$0\" \"\$@\"" "${client[@]}")
     chroot "$dir" /usr/bin/env -i HOME=/root XDG_RUNTIME_DIR=$rd timeout 120 $SHM_COMPOSITOR --mode $mode \
-        --socket lab-shm --json $rd/server.json -- "${client[@]}" >"$logs/shm_compositor-$shape-rep$rep.log" 2>&1 &
+        --socket lab-shm --json $rd/server.json -- "${client[@]}" >"$logs/shm_compositor-$mode-$shape-rep$rep.log" 2>&1 &
     local started=$!
     if [ "$trace" = on ]; then
         # chroot and env exec: $started is timeout, whose child is shm_compositor
@@ -988,16 +996,22 @@ shm_compositor_client() {
     rm -rf "$dir$rd"
 }
 
-# The project's own compositor in its recommended mode: the library's best case on this machine.
+# The project's own compositor: close-first (the fd first, as KWin and libwayland do), queue+worker
+# (munmap in budgeted drains, close on the worker, as the KWin and wlroots series) and
+# queue+worker-unmap (both on the worker, as the libwayland series): the library's cases on this
+# machine, and the tracer's reference for each.
+SHM_MODES=(close-first queue+worker queue+worker-unmap)
 measure_shm_compositor() {
-    local dir=$1 out=$2 rep=$3 shape t
-    log "rep $rep: shm_compositor queue+worker-unmap"
-    for shape in burst churn; do
-        local args
-        if [ $shape = burst ]; then args=("${BURST_ARGS[@]}"); else args=("${CHURN_ARGS[@]}"); fi
-        for t in off on; do
-            [ "$tracer_mode" = both ] || [ "$tracer_mode" = $t ] || continue
-            shm_compositor_client "$dir" "$out" "$rep" "$shape" $t "${args[@]}"
+    local dir=$1 out=$2 rep=$3 mode shape t
+    for mode in "${SHM_MODES[@]}"; do
+        log "rep $rep: shm_compositor $mode"
+        for shape in burst churn; do
+            local args
+            if [ $shape = burst ]; then args=("${BURST_ARGS[@]}"); else args=("${CHURN_ARGS[@]}"); fi
+            for t in off on; do
+                [ "$tracer_mode" = both ] || [ "$tracer_mode" = $t ] || continue
+                shm_compositor_client "$dir" "$out" "$rep" "$mode" "$shape" $t "${args[@]}"
+            done
         done
     done
 }
