@@ -7,6 +7,7 @@
 #   sudo ports/lab.sh build   DIR [--only kwin|wlroots|wayland] [--builds LIST]
 #                                 [--variant NAME=PATCH[,PATCH...] ...] [--kwin-variant NAME=PATCH[,...] ...]
 #   sudo ports/lab.sh measure DIR [--reps N] [--only LIST] [--builds LIST] [--no-tracer | --tracer on|off|both]
+#                                 [--shm-baseline REF]
 #                                 [--variant NAME=PATCH[,...] ...] [--kwin-variant NAME=PATCH[,...] ...]
 #   sudo ports/lab.sh umount  DIR                            # before rm -rf --one-file-system DIR
 #
@@ -20,6 +21,7 @@
 #   --variant:      an extra wlroots build (a peer's patch, one of ours alone)
 #   --kwin-variant: the KWin series plus more patches
 #   --tracer both:  every burst and churn client once without the tracer and once with it (its overhead)
+#   --shm-baseline REF: shm_compositor's queue modes also built from this repository at REF
 #
 # Several lab.sh may run at once on one root (a helper rebuilding kwin-ours while the stock wlroots
 # builds): they wait for each other through flock on DIR/.lab-build.lock (the one KWin tree),
@@ -956,7 +958,8 @@ measure_one() {
 # shm_compositor_client DIR OUT REP MODE SHAPE TRACE ARGS...: one client run under the project's
 # compositor in MODE, which starts the client itself; the tracer attaches once its socket is up
 shm_compositor_client() {
-    local dir=$1 out=$2 rep=$3 mode=$4 shape=$5 trace=$6; shift 6
+    local dir=$1 out=$2 rep=$3 build=$4 shape=$5 trace=$6 mode=${4%@*} binary=$SHM_COMPOSITOR; shift 6
+    [ "$build" = "$mode" ] || binary=$SHM_BASELINE
     local rd=/run/lab/shm-$$ name=$shape fields=() i pid=
     [ "$trace" = on ] || name=$shape/no-tracer
     rm -rf "$dir$rd" && mkdir -p "$dir$rd" && chmod 700 "$dir$rd"
@@ -964,8 +967,8 @@ shm_compositor_client() {
     # is up, so the client waits for a file the tracer's start creates.
     local client=("$CLIENT" "$@" --json "$rd/client.json")
     [ "$trace" != on ] || client=(/bin/sh -c "while [ ! -e $rd/go ]; do sleep 0.05; done; exec \"\$0\" \"\$@\"" "${client[@]}")
-    chroot "$dir" /usr/bin/env -i HOME=/root XDG_RUNTIME_DIR=$rd timeout 120 $SHM_COMPOSITOR --mode $mode \
-        --socket lab-shm --json $rd/server.json -- "${client[@]}" >"$logs/shm_compositor-$mode-$shape-rep$rep.log" 2>&1 &
+    chroot "$dir" /usr/bin/env -i HOME=/root XDG_RUNTIME_DIR=$rd timeout 120 $binary --mode $mode \
+        --socket lab-shm --json $rd/server.json -- "${client[@]}" >"$logs/shm_compositor-$build-$shape-rep$rep.log" 2>&1 &
     local started=$!
     if [ "$trace" = on ]; then
         # chroot and env exec: $started is timeout, whose child is shm_compositor
@@ -974,24 +977,24 @@ shm_compositor_client() {
             [ -n "$pid" ] && break
             sleep 0.1
         done
-        if [ -z "$pid" ] || ! start_tracer "$pid" "$logs/trace-shm_compositor-$mode-rep$rep-$shape.jsonl"; then
+        if [ -z "$pid" ] || ! start_tracer "$pid" "$logs/trace-shm_compositor-$build-rep$rep-$shape.jsonl"; then
             fields+=("trace_error=did not attach")
             trace=failed
         fi
         touch "$dir$rd/go"
     fi
     wait "$started" || true
-    if [ "$trace" = on ]; then stop_tracer; mapfile -t fields < <(trace_fields "$logs/trace-shm_compositor-$mode-rep$rep-$shape.jsonl"); fi
+    if [ "$trace" = on ]; then stop_tracer; mapfile -t fields < <(trace_fields "$logs/trace-shm_compositor-$build-rep$rep-$shape.jsonl"); fi
     local c=$dir$rd/client.json s=$dir$rd/server.json
     if [ -s "$c" ]; then
-        record "$out" compositor=shm_compositor build=$mode rep=$rep client=$name \
+        record "$out" compositor=shm_compositor build=$build rep=$rep client=$name \
             gap_p50_ms="$(json_field "$c" gap_p50_ms)" gap_p99_ms="$(json_field "$c" gap_p99_ms)" \
             gap_max_ms="$(json_field "$c" gap_max_ms)" frames="$(json_field "$c" frames)" \
             client_work_max_ms="$(json_field "$c" client_work_max_ms)" \
             protocol_error="$(json_field "$c" protocol_error)" missed_frames="$(json_field "$s" missed_frames)" \
             loaded=- "${fields[@]}"
     else
-        record "$out" compositor=shm_compositor build=$mode rep=$rep client=$name error="no client report" loaded=- "${fields[@]}"
+        record "$out" compositor=shm_compositor build=$build rep=$rep client=$name error="no client report" loaded=- "${fields[@]}"
     fi
     rm -rf "$dir$rd"
 }
@@ -1000,10 +1003,14 @@ shm_compositor_client() {
 # (munmap in budgeted drains, close on the worker, as the KWin and wlroots series) and
 # queue+worker-unmap (both on the worker, as the libwayland series): the library's cases on this
 # machine, and the tracer's reference for each.
+# With --shm-baseline REF also the two queue modes of shm_compositor built from the library at REF
+# (build names MODE@REF): the library before a change against after, in one run.
 SHM_MODES=(close-first queue+worker queue+worker-unmap)
+SHM_BASELINE=
 measure_shm_compositor() {
-    local dir=$1 out=$2 rep=$3 mode shape t
-    for mode in "${SHM_MODES[@]}"; do
+    local dir=$1 out=$2 rep=$3 mode shape t modes=("${SHM_MODES[@]}")
+    [ -z "$SHM_BASELINE" ] || modes+=("queue+worker@$shm_ref" "queue+worker-unmap@$shm_ref")
+    for mode in "${modes[@]}"; do
         log "rep $rep: shm_compositor $mode"
         for shape in burst churn; do
             local args
@@ -1014,6 +1021,25 @@ measure_shm_compositor() {
             done
         done
     done
+}
+
+# build_shm_baseline DIR REF: shm_compositor as committed at HEAD, built against the library's
+# include/ at this repository's commit REF, in /src/du-baseline; sets SHM_BASELINE. Only the
+# library differs from the measured shm_compositor (HEAD's example also builds against a newer
+# libwayland than an old REF's does).
+build_shm_baseline() {
+    local dir=$1 ref=$2
+    git -C "$repo" rev-parse -q --verify "$ref^{commit}" >/dev/null || die "--shm-baseline: $ref is not a commit here"
+    log "shm_compositor with the library at $ref: CMake build (~1 min)"
+    rm -rf "$dir/src/du-baseline" && mkdir -p "$dir/src/du-baseline/src"
+    git -C "$repo" archive HEAD | tar -x -C "$dir/src/du-baseline/src"
+    rm -rf "$dir/src/du-baseline/src/include"
+    git -C "$repo" archive "$ref" include | tar -x -C "$dir/src/du-baseline/src"
+    in_root "$dir" "cmake -S /src/du-baseline/src -B /src/du-baseline/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DDEFERRED_UNMAP_BUILD_TESTS=OFF -DDEFERRED_UNMAP_BUILD_EXAMPLES=ON >/src/du-baseline.log 2>&1 \
+        && ninja -C /src/du-baseline/build -j$JOBS shm_compositor >>/src/du-baseline.log 2>&1" \
+        || die "shm_compositor at $ref did not build (see $dir/src/du-baseline.log)"
+    SHM_BASELINE=/src/du-baseline/build/examples/wayland/shm_compositor
 }
 
 # wants LIST NAME: LIST is "all" or a comma-separated list of names
@@ -1039,7 +1065,7 @@ cmd_measure() {
     need_root
     local dir=$1; shift
     local reps=3 variants=() kwin_variants=() only=all builds=all
-    tracer_mode=on
+    tracer_mode=on shm_ref=
     while [ $# -gt 0 ]; do
         case $1 in
         --reps) reps=$2; shift 2 ;;
@@ -1049,6 +1075,7 @@ cmd_measure() {
         --builds) builds=$2; shift 2 ;;
         --no-tracer) tracer_mode=off; shift ;;
         --tracer) tracer_mode=$2; shift 2 ;;
+        --shm-baseline) shm_ref=$2; shift 2 ;;
         *) die "measure: unknown option $1" ;;
         esac
     done
@@ -1075,6 +1102,7 @@ cmd_measure() {
         (build_kwin_variant "$dir" "$v") >&2 || die "kwin variant ${v%%=*} did not build"
         kwin_names+=("${v%%=*}")
     done
+    [ -z "$shm_ref" ] || build_shm_baseline "$dir" "$shm_ref"
     kill_stale "$dir"
     local stamp
     stamp=$(date -u +%Y%m%dT%H%MZ)

@@ -10,6 +10,8 @@ targets of issues 32 and 33, all within this one run, for every compositor measu
          (the burst client's gap p50), in every repetition;
   churn: p50 of each other build at most 10% above its stock build's (median over repetitions):
          deferral must not slow the common case;
+  library baseline (lab.sh --shm-baseline REF): shm_compositor's burst max and churn p50 on this
+         library at most 1.10x the same mode on the library at REF (median of the per-repetition ratios);
   nothing left: descriptors and memfd mappings back to baseline after every client;
   weston-simple-shm: no protocol error under any build.
   tracer (issue 34), on each traced burst: 52 +- 2 pools and 1 GiB +- 5%; a stock build frees them on
@@ -176,6 +178,23 @@ def baseline_targets(run, comp):
              "values": vs_naive, "met": all(x is not None and x < 1.0 for x in vs_naive)}]
 
 
+def baseline_library_targets(run):
+    """lab.sh --shm-baseline: shm_compositor on this library against the same on the library at REF."""
+    checks = []
+    for comp, build in run.builds:
+        if "@" not in build or (comp, build.split("@")[0]) not in run.builds:
+            continue
+        new = build.split("@")[0]
+        for client in ("burst", "churn"):
+            key = "gap_max_ms" if client == "burst" else "gap_p50_ms"
+            ratios = [x for x in ratio_list(run.pick(comp, new, client), run.pick(comp, build, client), key) if x is not None]
+            if ratios:
+                median = statistics.median(ratios)
+                checks.append({"compositor": comp, "build": new, "target": f"{client} {key[4:-3]} <= 1.10x {build} (median of reps)",
+                               "values": ratios, "met": median <= 1.10})
+    return checks
+
+
 def tracer_checks(recs, inline):
     """Issue 34's reading of one traced burst client: what the tracer saw, per repetition."""
     values, met = [], True
@@ -220,6 +239,7 @@ def targets(run):
             if c == comp and build != "stock":
                 checks += build_targets(run, comp, build)
         checks += baseline_targets(run, comp)
+    checks += baseline_library_targets(run)
     checks += tracer_targets(run)
     rows = run.rows
     leaks = [r for r in rows if "fds_after" in r and (r["fds_after"] > r["fds_before"] or r["memfd_maps_after"] > r["memfd_maps_before"])]
