@@ -127,7 +127,7 @@ TEST_CASE("mixed pools: a pool read only in its second half keeps every step und
     CHECK(longest(pool_costs::unmap_times(seen)) <= 3 * max_step);
 }
 
-TEST_CASE("mixed pools: a read pool three times dearer than the prior keeps its first step under 3x max_step") {
+TEST_CASE("mixed pools: a read pool three times dearer than the prior runs its first step past max_step by its own ratio alone") {
     pool_costs pools{measured_read_rate};
     scripted_queue q;
     teach_cheap_pools(q, pools);
@@ -135,7 +135,11 @@ TEST_CASE("mixed pools: a read pool three times dearer than the prior keeps its 
     q.push(pools.make(pool_bytes, 0, pool_bytes));
     CHECK(q.drain_until(dt::manual_clock::now() + 1ms).elapsed <= 2ms);
     q.flush();
-    CHECK(longest(pool_costs::unmap_times(seen)) <= 3 * max_step);
+    const auto times = pool_costs::unmap_times(seen);
+    REQUIRE(!times.empty());
+    // Sized at first_step_ns_per_byte (0.15) and costing 0.16: ~1.07x max_step, not the 3x of the prior's 0.05.
+    CHECK(times.front() <= max_step * 11 / 10);
+    CHECK(longest(times) <= 3 * max_step);
 }
 
 TEST_CASE("mixed pools: after never-read pools, drain_until(now + 10 us) starts no step of a read pool it cannot afford") {

@@ -577,6 +577,16 @@ TEST_CASE("stats: each munmap step's prediction error is recorded, and any step 
     CHECK(stats.unmap_steps_over_max_step == 1);
 }
 
+TEST_CASE("stats: a pool's first step is held to the model's prediction, not to the cautious rate it was sized at") {
+    constexpr double rate = 3.0 / 64.0;  // exact in binary, as above
+    scripted_costs().unmap_ns_per_byte = rate;
+    scripted_queue q{inline_mode({.max_step = 200us, .first_step_ns_per_byte = 4 * rate, .prior = unmap_model(rate)})};
+    q.push(dt::make_region(20 * mib));
+    REQUIRE(q.drain(1ns).steps == 1);  // sized at 4x the rate, it costs what the model predicts
+    CHECK(q.stats().unmap_prediction_error.count() == 1);
+    CHECK(q.stats().unmap_prediction_error.max() == 0ns);
+}
+
 TEST_CASE("stats: a failed chunk's fallback is not booked as a step-sizing miss") {
     auto& os = scripted_costs();
     os.fail = [failed = false](const dt::os_call& c) mutable {

@@ -186,8 +186,8 @@ static inline void du_queue_options_init(du_queue_options *opts) DU_NOEXCEPT {
  * started (no thread, no pipe) leaves a queue that tears down inline, its errno in du_stats.worker_error.
  * NULL + errno on failure: EINVAL (a size no init call set, below this header's sizeof and not an
  * earlier layout's, a zero unmap_chunk_bytes or max_pending_items, a max_step_ns not > 0, a negative
- * delay or drain pause, a worker pause outside 0..10 ms, a negative, NaN or infinite prior,
- * max_step_deviations or first_step_ns_per_byte, an overhead over a day), E2BIG (a newer caller set fields this library does not
+ * delay or drain pause, a worker pause outside 0..10 ms, a negative, NaN or infinite prior or
+ * max_step_deviations, a first_step_ns_per_byte not finite and > 0, an overhead over a day), E2BIG (a newer caller set fields this library does not
  * know), ENOMEM. */
 du_queue *du_queue_create_with(const du_queue_options *opts) DU_NOEXCEPT;
 

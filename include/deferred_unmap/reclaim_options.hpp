@@ -5,8 +5,7 @@
 // exceptions checks first. Plain data, copyable.
 //
 //   deferred_unmap::reclaim_options options;               // close_on_worker: the recommended mode
-//   options.prior.unmap_ns_per_byte = 0.012;                // a tuned desktop:
-//   options.first_step_ns_per_byte = 0.04;                  // a quarter of the VM's, as its prior
+//   options.prior.unmap_ns_per_byte = 0.012;                // a tuned desktop: its own measured rates
 //   if (auto ec = deferred_unmap::validate(options)) log("bad options: %s", ec.message().c_str());
 //   deferred_unmap::reclaim_queue queue{std::move(options)};
 #pragma once
@@ -46,16 +45,16 @@ struct reclaim_options {
     /// How slow a call max_step leaves room for, in learned deviations of the munmap rate: at 2, steps
     /// are sized for a call slower than most (for a normal spread, about one in twenty is slower):
     /// on a 2-vCPU VM 4-10% of steps ran past max_step, against 13-31% sized by the mean (0).
-    /// Drain budgets still use the mean. Must be finite and >= 0.
+    /// A pool's later steps are predicted at its own rate, its first at first_step_ns_per_byte's (below),
+    /// the rest of a drain's budget at the mean. Must be finite and >= 0.
     double max_step_deviations = 2.0;
     /// The munmap rate, in ns a byte, every pool's first step is sized and predicted at unless the
     /// model learned a slower one (see max_step). Not learned and not part of the prior, so neither a
     /// run of cheap pools nor a prior carried over from them can lower it. 0.15: a read 64 MiB memfd
-    /// pool unmapped at 0.12-0.16 (wall clock) and its 1.3 MiB first steps at 0.15-0.22 (CPU time) on a
-    /// 2-vCPU VM (examples/03_mixed_pools, docs/benchmarks.md). A pool dearer than this runs its first
-    /// step past max_step by the ratio; a host that sets it near 0 leaves the first step to the
-    /// learned model alone, as before this option. A tuned desktop lowers it with its prior. Must be
-    /// finite and > 0.
+    /// pool unmapped at 0.12-0.16 ns a byte (wall clock) on a 2-vCPU VM (examples/03_mixed_pools,
+    /// docs/benchmarks.md). A pool dearer than this runs its first step past max_step by the ratio;
+    /// a value near 0 leaves the first step to the learned rate alone. A host that measured its
+    /// machine's read pools sets their rate here. Must be finite and > 0.
     double first_step_ns_per_byte = 0.15;
     /// Hard cap on mapped bytes waiting; a push beyond it reclaims the oldest at once until it fits.
     std::size_t max_pending_bytes = std::numeric_limits<std::size_t>::max();

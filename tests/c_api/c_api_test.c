@@ -468,6 +468,9 @@ static void test_bad_priors_are_refused(void) {
         errno = 0;
         CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
     }
+    opts.first_step_ns_per_byte = 0.0; /* a zero rate would size a first step without bound */
+    errno = 0;
+    CHECK(du_queue_create_with(&opts) == NULL && errno == EINVAL);
     /* A caller built before max_step_ns: its queue takes the default, not the zero it never set. */
     du_queue_options old;
     du_queue_options_init_sized(&old, offsetof(du_queue_options, max_step_ns));

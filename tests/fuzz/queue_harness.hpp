@@ -69,9 +69,9 @@ using ns = std::chrono::nanoseconds;
 inline constexpr std::array<int, 3> unmap_errnos{EINVAL, ENOMEM, EPERM};
 inline constexpr std::array<int, 5> close_errnos{EBADF, EINTR, EIO, ENOSPC, EDQUOT};
 
-/// Choices from a seed (splitmix64): the same seed gives the same run. The drain_pause options come
-/// from a second stream (option_below), so a seed's operations are those it chose before the harness
-/// drew them, and with drain_pause 0 its whole run is.
+/// Choices from a seed (splitmix64): the same seed gives the same run. The drain_pause and
+/// first_step_ns_per_byte options come from a second stream (option_below), so a seed's operations
+/// are those it chose before the harness drew them.
 class prng_source {
 public:
     explicit prng_source(std::uint64_t seed) noexcept : state_(seed), option_state_(seed ^ 0xD1B54A32D192ED03ULL) {}
@@ -93,9 +93,9 @@ private:
 };
 
 /// Choices read from fuzzer bytes, one byte per small choice and four per large one; zeros after the end.
-/// The drain_pause options (option_below) are read from the last byte backwards, zeros once all are
-/// read: they shift nothing the operations read, so an input from before they existed decodes to the
-/// same operations (with a pause where its last bytes choose one).
+/// The drain_pause and first_step_ns_per_byte options (option_below) are read from the last byte
+/// backwards, zeros once all are read: they shift nothing the operations read, so an input from
+/// before they existed decodes to the same operations (with a pause where its last bytes choose one).
 class bytes_source {
 public:
     bytes_source(const std::uint8_t* data, std::size_t size) noexcept : data_(data), size_(size), tail_(size) {}
@@ -306,7 +306,8 @@ private:
         o.unmap_on_worker = mode == 2 || mode == 3;
         o.worker_pause = ns{0};
         o.prior.unmap_ns_per_byte = static_cast<double>(source_.below(100)) / 400.0;
-        o.first_step_ns_per_byte = static_cast<double>(1 + source_.below(100)) / 400.0;
+        // From the option stream: it shifts no operation an input from before the option chose.
+        o.first_step_ns_per_byte = static_cast<double>(1 + source_.option_below(100)) / 400.0;
         o.prior.close_ns_per_byte = static_cast<double>(source_.below(100)) / 200.0;
         o.prior.call_overhead = ns{static_cast<std::int64_t>(source_.below(5000))};
         o.initial_capacity = source_.below(3) == 0 ? 0 : source_.below(100);

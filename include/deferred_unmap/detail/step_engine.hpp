@@ -311,8 +311,13 @@ private:
             const reclaim_item& it = target();
             return it.close_bytes_known ? model_.predict_close(it.close_bytes) : std::chrono::hours{24};
         }
+        return predict_unmap_at(item_rate_ < 0.0 ? cautious_rate() : item_rate_);
+    }
+
+    // The next munmap at `rate` ns a byte, with the model's call overhead.
+    [[nodiscard]] std::chrono::nanoseconds predict_unmap_at(double rate) const DU_REQUIRES(mutex_) {
         cost_model at = model_;
-        at.unmap_ns_per_byte = item_rate_ < 0.0 ? cautious_rate() : item_rate_;
+        at.unmap_ns_per_byte = rate;
         return at.predict_unmap(next_chunk());
     }
 
@@ -324,7 +329,10 @@ private:
         const std::chrono::nanoseconds cpu_before = cpu_mark_;
         const bool unmap_step = unmapping();
         const std::size_t bytes = unmap_step ? next_chunk() : it.close_bytes;
-        const std::chrono::nanoseconds predicted = unmap_step ? predict_next() : std::chrono::nanoseconds{-1};
+        // The stats hold the model to its own prediction (the item's rate, else the mean), not to the
+        // cautious one a first step starts on: they say how well the model knows the machine.
+        const std::chrono::nanoseconds predicted =
+            unmap_step ? predict_unmap_at(item_rate_ < 0.0 ? model_.unmap_ns_per_byte : item_rate_) : std::chrono::nanoseconds{-1};
         if (unmap_step) {
             unmap(it.addr + it.unmapped, bytes, it.length - it.unmapped, step);
             it.unmapped += step.advanced;
