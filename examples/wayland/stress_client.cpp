@@ -1,7 +1,7 @@
 // stress_client: a Wayland client whose shm pools die the way large toolkit clients' do.
 //
 //   stress_client [--pool-mib N] [--width W] [--height H] [--burst N] [--resize-every N]
-//                 [--frames N] [--duration S] [--prepare-ahead] [--json FILE]
+//                 [--frames N] [--duration S] [--linger S] [--prepare-ahead] [--json FILE]
 //   stress_client --shrink [--frames N]
 //
 // Every frame it creates a pool (default 30 MiB), announces it at half size and grows it with
@@ -17,6 +17,10 @@
 // reports free pages to the host, first-touching 20 MiB costs the client itself up to ~80 ms at times,
 // and that lands in its gaps whatever the compositor does. It holds --frames pools of memory and as
 // many descriptors from the start (150 frames of 30 MiB: 4.4 GiB, 150 descriptors).
+//
+// --linger S: after the last frame, stays connected S seconds before the pools it still has go with
+// the connection, so that a tracer on the compositor (tools/shm-teardown-trace) sees the burst apart
+// from them.
 //
 // Every pool's memfd is sealed with F_SEAL_SHRINK: the kernel makes a udmabuf only of a memfd that
 // carries that seal (drivers/dma-buf/udmabuf.c, SEALS_WANTED), so KWin 6.7's shm import through
@@ -62,6 +66,7 @@ struct options {
     int resize_every = 4;
     long frames = 0;  // 0: until --duration or SIGTERM
     double duration_s = 0;
+    double linger_s = 0;  // after the last frame, before the rest of the pools go with the connection
     std::string json;
     bool shrink = false;
     bool prepare_ahead = false;
@@ -73,7 +78,7 @@ volatile std::sig_atomic_t stop_requested = 0;
 [[noreturn]] void usage(const char* why) {
     std::fprintf(stderr,
                  "stress_client: %s\nusage: stress_client [--pool-mib N] [--width W] [--height H] [--burst N]\n"
-                 "    [--resize-every N] [--frames N] [--duration S] [--prepare-ahead] [--json FILE] [--shrink]\n",
+                 "    [--resize-every N] [--frames N] [--duration S] [--linger S] [--prepare-ahead] [--json FILE] [--shrink]\n",
                  why);
     std::exit(1);
 }
@@ -95,10 +100,12 @@ options parse_options(int argc, char** argv) {
         else if (arg == "--resize-every") opt.resize_every = std::atoi(value);
         else if (arg == "--frames") opt.frames = std::atol(value);
         else if (arg == "--duration") opt.duration_s = std::atof(value);
+        else if (arg == "--linger") opt.linger_s = std::atof(value);
         else if (arg == "--json") opt.json = value;
         else usage("unknown option");
     }
     if (opt.width <= 0 || opt.height <= 0 || opt.burst == 0 || opt.pool_bytes == 0) usage("sizes must be positive");
+    if (!(opt.linger_s >= 0)) usage("--linger must be >= 0");
     if (opt.prepare_ahead && opt.frames <= 0) usage("--prepare-ahead needs --frames");
     return opt;
 }
@@ -475,6 +482,8 @@ int main(int argc, char** argv) {
     connection c{opt};
     const outcome result = run_frames(c, opt.frames, opt.duration_s);
     report(c, result, opt);
+    // A tracer on the compositor then sees the burst apart from the pools the exit drops.
+    if (result == outcome::done && opt.linger_s > 0) dispatch_until(c, deadline_after(opt.linger_s), [] { return false; });
     if (result == outcome::done) {
         destroy_released(c, 1);
         wl_display_roundtrip(c.display);
