@@ -587,6 +587,25 @@ TEST_CASE("stats: a pool's first step is held to the model's prediction, not to 
     CHECK(q.stats().unmap_prediction_error.max() == 0ns);
 }
 
+TEST_CASE("stats: a pool's later steps are held to its own rate, not to the mean cheaper pools taught") {
+    constexpr double rate = 3.0 / 64.0;  // exact in binary, as above
+    auto& os = scripted_costs();
+    os.unmap_ns_per_byte = rate;
+    scripted_queue q{inline_mode({.max_step = 200us, .first_step_ns_per_byte = rate, .prior = unmap_model(rate)})};
+    q.push(dt::make_region(20 * mib));
+    q.flush();
+    os.unmap_ns_per_byte = 4 * rate;  // the next pool is four times dearer
+    q.push(dt::make_region(20 * mib));
+    REQUIRE(q.drain(1ns).steps == 1);  // its first step, predicted at the mean, teaches it its own rate
+    const auto before = q.stats().unmap_prediction_error;
+    for (int i = 0; i < 8; ++i) REQUIRE(q.drain(1ns).steps == 1);
+    const auto after = q.stats().unmap_prediction_error;
+    REQUIRE(after.count() == before.count() + 8);
+    // Every later step costs what its own rate predicts: all eight land in the lowest bucket.
+    CHECK(after.bucket(0) == before.bucket(0) + 8);
+    q.flush();
+}
+
 TEST_CASE("stats: a failed chunk's fallback is not booked as a step-sizing miss") {
     auto& os = scripted_costs();
     os.fail = [failed = false](const dt::os_call& c) mutable {

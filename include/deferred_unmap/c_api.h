@@ -97,8 +97,9 @@ typedef struct du_queue_options {
                                    deviations slower than the mean; finite and >= 0 (default 2) */
     uint64_t max_pending_items; /* a push beyond this many items waiting reclaims the oldest at once;
                                    > 0 (default 16384); uint64_t so no layout pads after it */
-    double first_step_ns_per_byte; /* munmap rate each pool's first step is sized at unless the model
-                                      learned a slower one; finite and > 0 (default 0.15) */
+    double first_step_ns_per_byte; /* munmap rate each pool's first step is sized and predicted at
+                                      unless the model learned a slower one; finite and > 0 (default
+                                      0.15) */
 } du_queue_options;
 
 /* Totals since the queue was made, and the last burst (from a push into an empty queue until it was
@@ -187,7 +188,8 @@ static inline void du_queue_options_init(du_queue_options *opts) DU_NOEXCEPT {
  * NULL + errno on failure: EINVAL (a size no init call set, below this header's sizeof and not an
  * earlier layout's, a zero unmap_chunk_bytes or max_pending_items, a max_step_ns not > 0, a negative
  * delay or drain pause, a worker pause outside 0..10 ms, a negative, NaN or infinite prior or
- * max_step_deviations, a first_step_ns_per_byte not finite and > 0, an overhead over a day), E2BIG (a newer caller set fields this library does not
+ * max_step_deviations, a first_step_ns_per_byte that is not both finite and > 0, an overhead over a
+ * day), E2BIG (a newer caller set fields this library does not
  * know), ENOMEM. */
 du_queue *du_queue_create_with(const du_queue_options *opts) DU_NOEXCEPT;
 

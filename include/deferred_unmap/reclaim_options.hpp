@@ -45,8 +45,8 @@ struct reclaim_options {
     /// How slow a call max_step leaves room for, in learned deviations of the munmap rate: at 2, steps
     /// are sized for a call slower than most (for a normal spread, about one in twenty is slower):
     /// on a 2-vCPU VM 4-10% of steps ran past max_step, against 13-31% sized by the mean (0).
-    /// A pool's later steps are predicted at its own rate, its first at first_step_ns_per_byte's (below),
-    /// the rest of a drain's budget at the mean. Must be finite and >= 0.
+    /// A pool's first step is predicted at the rate it is sized at (see first_step_ns_per_byte), its
+    /// later ones at its own rate, a close at the mean. Must be finite and >= 0.
     double max_step_deviations = 2.0;
     /// The munmap rate, in ns a byte, every pool's first step is sized and predicted at unless the
     /// model learned a slower one (see max_step). Not learned and not part of the prior, so neither a

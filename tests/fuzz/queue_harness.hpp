@@ -306,8 +306,6 @@ private:
         o.unmap_on_worker = mode == 2 || mode == 3;
         o.worker_pause = ns{0};
         o.prior.unmap_ns_per_byte = static_cast<double>(source_.below(100)) / 400.0;
-        // From the option stream: it shifts no operation an input from before the option chose.
-        o.first_step_ns_per_byte = static_cast<double>(1 + source_.option_below(100)) / 400.0;
         o.prior.close_ns_per_byte = static_cast<double>(source_.below(100)) / 200.0;
         o.prior.call_overhead = ns{static_cast<std::int64_t>(source_.below(5000))};
         o.initial_capacity = source_.below(3) == 0 ? 0 : source_.below(100);
@@ -351,6 +349,9 @@ private:
         }
         if (source_.option_below(2) != 0)
             o.prior.unmap_deviation_ns_per_byte = static_cast<double>(source_.option_below(100)) / 800.0;
+        // Last from the option stream, so the options above decode as before it existed; a zero draw
+        // (an older input's end) is the lowest rate, near the rule such inputs ran under.
+        o.first_step_ns_per_byte = static_cast<double>(1 + source_.option_below(100)) / 400.0;
 
         options_ = o;
         chunk_ = expected_chunk(o.unmap_chunk_bytes);
