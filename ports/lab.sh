@@ -631,11 +631,12 @@ SHM_COMPOSITOR=/src/du-build/examples/wayland/shm_compositor
 # destroyed at once: one 1 GB burst at frame ~53. --prepare-ahead draws every frame's memory before
 # the first frame: on VMs whose balloon hands freed pages back to the host, first-touching a fresh
 # pool costs the client itself up to ~80 ms, which would land in its gaps whatever the compositor did
-# (client_work_max_ms in the results says how long the client's own frames took). --linger 2: the
-# 12 pools the client still has at frame 64 go with its connection 2 s later, so that the tracer's
-# first burst is the 52 (a burst ends after 100 ms without a pool freed), and shm_compositor's own
-# exit, which flushes its queue on the main thread, falls in a later one.
-BURST_ARGS=(--width 2880 --height 1800 --pool-mib 20 --burst 52 --resize-every 0 --frames 64 --linger 2 --prepare-ahead)
+# (client_work_max_ms in the results says how long the client's own frames took). --linger: the
+# 12 pools the client still has at frame 64 go with its connection LINGER s later, so that the
+# tracer's bursts that begin before then are the 52 (a burst ends after 100 ms without a pool
+# freed), and shm_compositor's own exit, which flushes its queue on the main thread, comes after.
+LINGER=3
+BURST_ARGS=(--width 2880 --height 1800 --pool-mib 20 --burst 52 --resize-every 0 --frames 64 --linger $LINGER --prepare-ahead)
 # A fresh 30 MiB pool every frame (announced at half size, grown by wl_shm_pool.resize every 4th).
 CHURN_ARGS=(--width 2880 --height 1800 --pool-mib 30 --burst 1 --resize-every 4 --frames 150 --prepare-ahead)
 SIMPLE_SHM_SECONDS=3
@@ -859,18 +860,29 @@ stop_tracer() {
     tracer_pid=
 }
 
-# trace_fields FILE: the tracer's bursts as record fields: all of them, and the first one's figures
-# (the burst client's 52 pools; what its exit drops comes 2 s later, see BURST_ARGS)
+# mono_ns: CLOCK_MONOTONIC in ns, the clock of the tracer's start_ns (bpftrace's nsecs)
+mono_ns() { python3 -c 'import time; print(time.monotonic_ns())'; }
+
+# trace_cutoff SHAPE END: the tracer's bursts that count for a client that ended at END (mono_ns):
+# the burst client's begin before its linger (what its exit drops, and shm_compositor's exit flush,
+# come after), the churn client's all of them
+trace_cutoff() {
+    if [ "$1" = burst ]; then echo $(($2 - (LINGER * 1000 - 500) * 1000000)); else echo "$2"; fi
+}
+
+# trace_fields FILE CUTOFF: the tracer's bursts as record fields: all of them, and the totals of those
+# that began before CUTOFF (ns, CLOCK_MONOTONIC)
 trace_fields() {
-    local f=$1
+    local f=$1 cutoff=$2
     [ -s "$f" ] || { echo "trace_error=no tracer output"; return; }
-    echo "trace_bursts:=$(jq -c -s '[.[] | select(.type == "burst") | {pools, bytes, small_pools, duration_ms,
+    echo "trace_bursts:=$(jq -c -s '[.[] | select(.type == "burst") | {start_ns, pools, bytes, small_pools, duration_ms,
         main_thread_pools, other_thread_pools, main_longest_ms}]' "$f")"
-    jq -r -s '([.[] | select(.type == "burst")] | first // {}) as $b |
-        "trace_pools=\($b.pools // 0)", "trace_bytes=\($b.bytes // 0)",
-        "trace_main_thread_pools=\($b.main_thread_pools // 0)",
-        "trace_other_thread_pools=\($b.other_thread_pools // 0)",
-        "trace_main_longest_ms=\($b.main_longest_ms // 0)"' "$f"
+    jq -r -s --argjson cut "$cutoff" '[.[] | select(.type == "burst" and .start_ns < $cut)] as $b |
+        "trace_counted_bursts=\($b | length)",
+        "trace_pools=\([$b[].pools] | add // 0)", "trace_bytes=\([$b[].bytes] | add // 0)",
+        "trace_main_thread_pools=\([$b[].main_thread_pools] | add // 0)",
+        "trace_other_thread_pools=\([$b[].other_thread_pools] | add // 0)",
+        "trace_main_longest_ms=\([$b[].main_longest_ms] | max // 0)"' "$f"
 }
 
 # run_client DIR OUT KIND BUILD REP SHAPE TRACE(on|off) ARGS...
@@ -887,10 +899,12 @@ run_client() {
     fi
     rm -f "$dir$json"
     wayland_client "$dir" timeout 120 $CLIENT "$@" --json "$json" >>"$dir$run_dir.clients.log" 2>&1 || true
+    local ended
+    ended=$(mono_ns)
     after=$(settle_leaks "$comp_pid" "$fd0" "$memfd0")
     if [ "$trace" = on ]; then
         stop_tracer
-        mapfile -t fields < <(trace_fields "$trace_file")
+        mapfile -t fields < <(trace_fields "$trace_file" "$(trace_cutoff "$shape" "$ended")")
     fi
     if [ "${after% *}" -gt "$fd0" ]; then  # say what was left, for the log
         fd_list "$comp_pid" | diff "$dir$run_dir.fds-before" - | sed "s/^/$kind $build rep$rep $shape: fd /" >>"$logs/leftovers.txt" || true
@@ -988,7 +1002,13 @@ shm_compositor_client() {
         touch "$dir$rd/go"
     fi
     wait "$started" || true
-    if [ "$trace" = on ]; then stop_tracer; mapfile -t fields < <(trace_fields "$logs/trace-shm_compositor-$build-rep$rep-$shape.jsonl"); fi
+    local ended
+    ended=$(mono_ns)
+    if [ "$trace" = on ]; then
+        stop_tracer
+        mapfile -t fields < <(trace_fields "$logs/trace-shm_compositor-$build-rep$rep-$shape.jsonl" \
+            "$(trace_cutoff "$shape" "$ended")")
+    fi
     local c=$dir$rd/client.json s=$dir$rd/server.json
     if [ -s "$c" ]; then
         record "$out" compositor=shm_compositor build=$build rep=$rep client=$name \

@@ -57,11 +57,11 @@ class Run:
             if key not in self.builds:
                 self.builds.append(key)
 
-    def untraced(self, client):
-        """The client run the targets read: without the tracer where the run has one (the tracer slows
-        the freeing it watches), else the traced one."""
+    def untraced(self, comp, client):
+        """The client run the targets read for comp: without the tracer where comp has one (the
+        tracer slows the freeing it watches), else the traced one."""
         bare = client + "/no-tracer"
-        return bare if any(r["client"] == bare for r in self.rows) else client
+        return bare if any(r["compositor"] == comp and r["client"] == bare for r in self.rows) else client
 
     def pick(self, comp, build, client):
         """One record per repetition (None where that repetition has none)."""
@@ -112,7 +112,8 @@ def mib(values):
 
 
 def print_tracer(run):
-    """The tracer's first burst in each traced client run, beside that run's max gap."""
+    """The tracer's view of each traced client run, beside that run's max gap: for the burst client the
+    bursts that began before it lingered (its 52 pools), for churn all of them."""
     lines = []
     for comp, build in run.builds:
         for client in TRACED:
@@ -127,7 +128,7 @@ def print_tracer(run):
                          f"{fmt(field(recs, 'trace_main_longest_ms'), 2):<22} {'; '.join(errors)}")
     if not lines:
         return
-    print("\ntools/shm-teardown-trace on the compositor during the same client runs (its first burst: the burst client's 52 pools)")
+    print("\ntools/shm-teardown-trace on the compositor during the same client runs (burst: the bursts before the client lingered; churn: all)")
     print(f"{'compositor':<15} {'build':<19} {'client':<7} {'gap max ms':<22} {'pools':<14} {'MiB':<20} "
           f"{'main-thread':<14} {'other-thread':<14} {'main longest ms':<22} tracer error")
     for line in lines:
@@ -153,8 +154,8 @@ def ratio_list(num, den, key="gap_max_ms"):
 
 
 def build_targets(run, comp, build):
-    stock_burst = run.pick(comp, "stock", run.untraced("burst"))
-    burst = run.pick(comp, build, run.untraced("burst"))
+    stock_burst = run.pick(comp, "stock", run.untraced(comp, "burst"))
+    burst = run.pick(comp, build, run.untraced(comp, "burst"))
     if not any(burst):
         return []
     vs_stock = ratio_list(burst, stock_burst)
@@ -167,8 +168,8 @@ def build_targets(run, comp, build):
         {"compositor": comp, "build": build, "target": "burst max <= 1.5x own frame interval (no skip)",
          "values": vs_pace, "met": all(x is not None and x <= 1.5 for x in vs_pace)},
     ]
-    sp = [r["gap_p50_ms"] for r in run.pick(comp, "stock", run.untraced("churn")) if r and r.get("gap_p50_ms")]
-    pp = [r["gap_p50_ms"] for r in run.pick(comp, build, run.untraced("churn")) if r and r.get("gap_p50_ms")]
+    sp = [r["gap_p50_ms"] for r in run.pick(comp, "stock", run.untraced(comp, "churn")) if r and r.get("gap_p50_ms")]
+    pp = [r["gap_p50_ms"] for r in run.pick(comp, build, run.untraced(comp, "churn")) if r and r.get("gap_p50_ms")]
     if sp and pp:
         ratio = statistics.median(pp) / statistics.median(sp)
         checks.append({"compositor": comp, "build": build, "target": "churn p50 <= 1.10x stock (median of reps)",
@@ -180,7 +181,7 @@ def baseline_targets(run, comp):
     """libwayland: the series below its naive baseline (one plain thread, every munmap in order, no budget)."""
     if (comp, "ours") not in run.builds or (comp, NAIVE) not in run.builds:
         return []
-    burst = run.untraced("burst")
+    burst = run.untraced(comp, "burst")
     vs_naive = ratio_list(run.pick(comp, "ours", burst), run.pick(comp, NAIVE, burst))
     return [{"compositor": comp, "build": "ours", "target": f"burst max < {NAIVE}'s, every rep",
              "values": vs_naive, "met": all(x is not None and x < 1.0 for x in vs_naive)}]
@@ -195,7 +196,7 @@ def baseline_library_targets(run):
         new = build.split("@")[0]
         for client in ("burst", "churn"):
             key = "gap_max_ms" if client == "burst" else "gap_p50_ms"
-            shape = run.untraced(client)
+            shape = run.untraced(comp, client)
             ratios = [x for x in ratio_list(run.pick(comp, new, shape), run.pick(comp, build, shape), key) if x is not None]
             if ratios:
                 median = statistics.median(ratios)

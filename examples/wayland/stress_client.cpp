@@ -106,6 +106,7 @@ options parse_options(int argc, char** argv) {
     }
     if (opt.width <= 0 || opt.height <= 0 || opt.burst == 0 || opt.pool_bytes == 0) usage("sizes must be positive");
     if (!(opt.linger_s >= 0)) usage("--linger must be >= 0");
+    if (opt.shrink && opt.linger_s > 0) usage("--linger does not apply to --shrink");
     if (opt.prepare_ahead && opt.frames <= 0) usage("--prepare-ahead needs --frames");
     return opt;
 }
@@ -480,10 +481,10 @@ int main(int argc, char** argv) {
     if (opt.shrink) return run_shrink(opt);
 
     connection c{opt};
-    const outcome result = run_frames(c, opt.frames, opt.duration_s);
-    report(c, result, opt);
+    outcome result = run_frames(c, opt.frames, opt.duration_s);
     // A tracer on the compositor then sees the burst apart from the pools the exit drops.
-    if (result == outcome::done && opt.linger_s > 0) dispatch_until(c, deadline_after(opt.linger_s), [] { return false; });
+    if (result == outcome::done && opt.linger_s > 0) result = dispatch_until(c, deadline_after(opt.linger_s), [] { return false; });
+    report(c, result, opt);
     if (result == outcome::done) {
         destroy_released(c, 1);
         wl_display_roundtrip(c.display);
