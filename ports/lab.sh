@@ -632,13 +632,13 @@ SHM_COMPOSITOR=/src/du-build/examples/wayland/shm_compositor
 # the first frame: on VMs whose balloon hands freed pages back to the host, first-touching a fresh
 # pool costs the client itself up to ~80 ms, which would land in its gaps whatever the compositor did
 # (client_work_max_ms in the results says how long the client's own frames took). --linger: the
-# 12 pools the client still has at frame 64 go with its connection LINGER s later, so that the
-# tracer's bursts that begin before then are the 52 (a burst ends after 100 ms without a pool
+# pools the client still has at its last frame go with its connection LINGER s later, so that the
+# tracer's bursts that begin before then are the client's (a burst ends after 100 ms without a pool
 # freed), and shm_compositor's own exit, which flushes its queue on the main thread, comes after.
 LINGER=3
 BURST_ARGS=(--width 2880 --height 1800 --pool-mib 20 --burst 52 --resize-every 0 --frames 64 --linger $LINGER --prepare-ahead)
 # A fresh 30 MiB pool every frame (announced at half size, grown by wl_shm_pool.resize every 4th).
-CHURN_ARGS=(--width 2880 --height 1800 --pool-mib 30 --burst 1 --resize-every 4 --frames 150 --prepare-ahead)
+CHURN_ARGS=(--width 2880 --height 1800 --pool-mib 30 --burst 1 --resize-every 4 --frames 150 --linger $LINGER --prepare-ahead)
 SIMPLE_SHM_SECONDS=3
 TRACER=$repo/tools/shm-teardown-trace
 TRACEFS=/sys/kernel/tracing
@@ -863,12 +863,12 @@ stop_tracer() {
 # mono_ns: CLOCK_MONOTONIC in ns, the clock of the tracer's start_ns (bpftrace's nsecs)
 mono_ns() { python3 -c 'import time; print(time.monotonic_ns())'; }
 
-# trace_cutoff SHAPE END: the tracer's bursts that count for a client that ended at END (mono_ns):
-# the burst client's begin before its linger (what its exit drops, and shm_compositor's exit flush,
-# come after), the churn client's all of them
-trace_cutoff() {
-    if [ "$1" = burst ]; then echo $(($2 - (LINGER * 1000 - 500) * 1000000)); else echo "$2"; fi
-}
+# trace_cutoff END: the tracer's bursts that count for a client that ended at END (mono_ns): those
+# that begin more than 0.5 s before it. The client lingers LINGER s after its last frame, so what
+# the compositor still frees of its pools then (KWin's idle drains, 100 ms apart, split it into
+# bursts) counts, and what its exit drops (and shm_compositor's exit flush, ~0.16 s for 12 pools in
+# run 20261207T1347Z) does not.
+trace_cutoff() { echo $(($1 - 500000000)); }
 
 # trace_fields FILE CUTOFF: the tracer's bursts as record fields: all of them, and the totals of those
 # that began before CUTOFF (ns, CLOCK_MONOTONIC)
@@ -904,7 +904,7 @@ run_client() {
     after=$(settle_leaks "$comp_pid" "$fd0" "$memfd0")
     if [ "$trace" = on ]; then
         stop_tracer
-        mapfile -t fields < <(trace_fields "$trace_file" "$(trace_cutoff "$shape" "$ended")")
+        mapfile -t fields < <(trace_fields "$trace_file" "$(trace_cutoff "$ended")")
     fi
     if [ "${after% *}" -gt "$fd0" ]; then  # say what was left, for the log
         fd_list "$comp_pid" | diff "$dir$run_dir.fds-before" - | sed "s/^/$kind $build rep$rep $shape: fd /" >>"$logs/leftovers.txt" || true
@@ -1007,7 +1007,7 @@ shm_compositor_client() {
     if [ "$trace" = on ]; then
         stop_tracer
         mapfile -t fields < <(trace_fields "$logs/trace-shm_compositor-$build-rep$rep-$shape.jsonl" \
-            "$(trace_cutoff "$shape" "$ended")")
+            "$(trace_cutoff "$ended")")
     fi
     local c=$dir$rd/client.json s=$dir$rd/server.json
     if [ -s "$c" ]; then

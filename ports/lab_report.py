@@ -112,8 +112,8 @@ def mib(values):
 
 
 def print_tracer(run):
-    """The tracer's view of each traced client run, beside that run's max gap: for the burst client the
-    bursts that began before it lingered (its 52 pools), for churn all of them."""
+    """The tracer's view of each traced client run, beside that run's max gap: the bursts that began
+    before the client left (what its exit dropped is not counted)."""
     lines = []
     for comp, build in run.builds:
         for client in TRACED:
@@ -128,7 +128,7 @@ def print_tracer(run):
                          f"{fmt(field(recs, 'trace_main_longest_ms'), 2):<22} {'; '.join(errors)}")
     if not lines:
         return
-    print("\ntools/shm-teardown-trace on the compositor during the same client runs (burst: the bursts before the client lingered; churn: all)")
+    print("\ntools/shm-teardown-trace on the compositor during the same client runs (the bursts that began before the client left)")
     print(f"{'compositor':<15} {'build':<19} {'client':<7} {'gap max ms':<22} {'pools':<14} {'MiB':<20} "
           f"{'main-thread':<14} {'other-thread':<14} {'main longest ms':<22} tracer error")
     for line in lines:
