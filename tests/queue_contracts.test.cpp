@@ -29,14 +29,21 @@ using real_time_queue = du::basic_reclaim_queue<std::chrono::steady_clock, dt::s
 
 du::cost_model exact(double unmap_rate, double close_rate) { return linear_model(unmap_rate, close_rate, 0ns); }
 
-// The threads of this process named `name`, by task id.
-std::vector<std::string> tasks_named(const std::string& name) {
+// The threads of this process named `name`, by task id, once there are `expected` of them or 2 s have
+// passed. A worker that an earlier test joined can still be listed for a moment: the kernel wakes
+// pthread_join() before it removes the exiting task from /proc/self/task.
+std::vector<std::string> tasks_named(const std::string& name, std::size_t expected) {
     std::vector<std::string> ids;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
-        std::ifstream comm(entry.path() / "comm");
-        std::string line;
-        std::getline(comm, line);
-        if (line == name) ids.push_back(entry.path().filename().string());
+    for (int tries = 0; tries < 2000; ++tries) {
+        ids.clear();
+        for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+            std::ifstream comm(entry.path() / "comm");
+            std::string line;
+            std::getline(comm, line);
+            if (line == name) ids.push_back(entry.path().filename().string());
+        }
+        if (ids.size() == expected) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds{1});
     }
     return ids;
 }
@@ -59,7 +66,7 @@ TEST_CASE("worker: named du-reclaim, every asynchronous signal blocked, the crea
     CHECK(q.drain(1s).fds_handed_off == 1);
     REQUIRE(q.wait_for_worker(10s));  // the worker has made the close: its start-up mask is gone
     REQUIRE(q.stats().worker_steps == 1);
-    const auto ids = tasks_named("du-reclaim");
+    const auto ids = tasks_named("du-reclaim", 1);
     REQUIRE(ids.size() == 1);
     const unsigned long long blocked = std::stoull(task_status(ids[0], "SigBlk"), nullptr, 16);
     for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD, SIGALRM, SIGPIPE}) {
@@ -80,7 +87,7 @@ TEST_CASE("worker: runs SCHED_OTHER when the thread that made the queue runs SCH
         creator_error = ::pthread_setschedparam(::pthread_self(), SCHED_RR, &realtime);
         if (creator_error != 0) return;
         du::reclaim_queue q;
-        const auto ids = tasks_named("du-reclaim");
+        const auto ids = tasks_named("du-reclaim", 1);
         if (ids.size() == 1) worker_policy = ::sched_getscheduler(std::stoi(ids[0]));
     });
     creator.join();
@@ -100,7 +107,7 @@ TEST_CASE("worker: a worker that cannot be started leaves a queue that tears dow
         real_time_queue q{{.close_on_worker = !unmap_on_worker, .unmap_on_worker = unmap_on_worker}};
         CHECK(q.stats().worker_error == EAGAIN);
         CHECK(q.worker_done_fd() == -1);
-        CHECK(tasks_named("du-reclaim").empty());
+        CHECK(tasks_named("du-reclaim", 0).empty());
         q.push(dt::make_region(mib));
         const auto report = q.drain(1s);
         CHECK(report.fds_closed == 1);  // made here: there is no worker to hand it to
@@ -113,7 +120,7 @@ TEST_CASE("worker: a worker that cannot be started leaves a queue that tears dow
 
 TEST_CASE("worker: low_priority_closes lowers a close-only worker, never an unmapping one") {
     const auto nice_of_worker = [] {
-        const auto ids = tasks_named("du-reclaim");
+        const auto ids = tasks_named("du-reclaim", 1);
         REQUIRE(ids.size() == 1);
         return ::getpriority(PRIO_PROCESS, static_cast<id_t>(std::stoi(ids[0])));
     };
@@ -387,7 +394,7 @@ TEST_CASE("idle: wait_for_worker reports when the worker holds nothing") {
 
 TEST_CASE("unmap_on_worker: a drain with nothing pending does not wake the worker") {
     du::reclaim_queue q{{.unmap_on_worker = true}};
-    const auto ids = tasks_named("du-reclaim");
+    const auto ids = tasks_named("du-reclaim", 1);
     REQUIRE(ids.size() == 1);
     const auto switches = [&] { return std::stoull(task_status(ids[0], "voluntary_ctxt_switches")); };
     std::this_thread::sleep_for(10ms);  // the worker settles into its wait
