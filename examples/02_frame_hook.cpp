@@ -10,6 +10,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <system_error>
@@ -27,10 +28,9 @@ du::shm_region client_pool(std::size_t bytes) {
     return du::shm_region{std::move(fd), std::move(view)};
 }
 
-// Arms `timer` (a CLOCK_MONOTONIC timerfd, like steady_clock on Linux) for the queue's deadline.
-void arm_idle_timer(int timer, const du::reclaim_queue& queue) {
+// Arms `timer` (a CLOCK_MONOTONIC timerfd, like steady_clock on Linux) for `deadline`.
+void arm_idle_timer(int timer, du::reclaim_queue::time_point deadline) {
     itimerspec spec{};
-    const auto deadline = queue.next_deadline();
     if (deadline != du::reclaim_queue::time_point::max()) {
         const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
         spec.it_value = {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
@@ -57,13 +57,17 @@ int main() {
     // Then the screen goes idle: no frames, so the deadline timer and the worker's descriptor drive the
     // rest. Clear the descriptor before looking at the queue, so no wakeup is lost.
     int wakeups = 0;
+    auto paced = du::reclaim_queue::time_point::max();  // after an idle drain: one frame period on
     for (queue.clear_worker_done(); !queue.empty(); queue.clear_worker_done()) {
-        arm_idle_timer(timer.get(), queue);
+        arm_idle_timer(timer.get(), std::min(queue.next_deadline(), paced));
         pollfd fds[2] = {{timer.get(), POLLIN, 0}, {queue.worker_done_fd(), POLLIN, 0}};
         ::poll(fds, queue.worker_done_fd() >= 0 ? 2 : 1, -1);
         std::uint64_t expirations = 0;
-        if ((fds[0].revents & POLLIN) != 0 && ::read(timer.get(), &expirations, sizeof expirations) > 0)
-            queue.drain(4ms);  // idle: nothing to render, a larger slice is fine
+        if ((fds[0].revents & POLLIN) != 0 && ::read(timer.get(), &expirations, sizeof expirations) > 0) {
+            // Idle: a frame's slice at a frame's pace, so input never waits out a longer stretch.
+            queue.drain(200us);
+            paced = du::reclaim_queue::clock::now() + 16ms;
+        }
         ++wakeups;
     }
     std::printf("idle: everything reclaimed after %s timer wakeups\n", wakeups > 0 ? "a few" : "no");

@@ -40,8 +40,9 @@ public:
 
     /// Repaints at the next vblank. Cost: none.
     void schedule_repaint() noexcept { repaint_needed_ = true; }
-    /// Arms the idle timer from the reclaimer's deadline (disarms it when nothing waits).
-    void arm_idle_timer() noexcept;
+    /// Arms the idle timer from the reclaimer's deadline, `latest` at the latest (disarms it when
+    /// nothing waits).
+    void arm_idle_timer(clock::time_point latest = clock::time_point::max()) noexcept;
 
     [[nodiscard]] const frame_stats& stats() const noexcept { return stats_; }
     [[nodiscard]] std::chrono::nanoseconds period() const noexcept { return period_; }

@@ -22,7 +22,7 @@
 //   deferred_unmap::reclaim_queue queue;                                      // closes on a worker
 //   void on_pool_destroyed(pool& p) { queue.push(std::move(p.region)); }      // O(1), no syscall
 //   void on_frame_committed() { queue.drain(std::chrono::milliseconds{1}); }  // ~1 ms of munmap
-//   void on_idle_timer() { queue.drain(std::chrono::milliseconds{4}); }       // armed at next_deadline()
+//   void on_idle_timer() { queue.drain(std::chrono::milliseconds{1}); }       // next_deadline(), then per frame
 //   void on_worker_done() { queue.clear_worker_done(); }                      // worker_done_fd() readable
 //   // ~reclaim_queue() flushes whatever is left.
 //

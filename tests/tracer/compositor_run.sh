@@ -82,8 +82,8 @@ one_run() {  # one_run <mode> <traced: yes|no> <label>
     if [ "$traced" = yes ]; then
         python3 - "$out/$label.trace.jsonl" "$out/$label.trace.raw" "$client_end" <<'PY'
 import json, sys
-# After the client has gone, shm_compositor drains on its idle timer with 4x the frame budget:
-# the stretches that frames felt are those that ended while the client still drew.
+# After the client has gone, shm_compositor drains on its idle timer: the stretches that frames
+# felt are those that ended while the client still drew.
 drawn = [(int(e) - int(s)) / 1e6 for kind, s, e in (l.split() for l in open(sys.argv[2]) if l.startswith("S "))
          if int(e) <= int(sys.argv[3])]
 print(f"; main longest while the client drew {max(drawn, default=0):.2f} ms ({len(drawn)} stretches)", end="")
