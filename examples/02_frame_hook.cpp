@@ -20,6 +20,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
+constexpr auto frame_period = 16ms;
+
 du::shm_region client_pool(std::size_t bytes) {
     du::unique_fd fd{::memfd_create("wl_shm", MFD_CLOEXEC)};
     if (!fd || ::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
@@ -66,7 +68,8 @@ int main() {
         if ((fds[0].revents & POLLIN) != 0 && ::read(timer.get(), &expirations, sizeof expirations) > 0) {
             // Idle: a frame's slice at a frame's pace, so input never waits out a longer stretch.
             queue.drain(200us);
-            paced = du::reclaim_queue::clock::now() + 16ms;
+            const bool waits = queue.next_deadline() != du::reclaim_queue::time_point::max();
+            paced = waits ? du::reclaim_queue::clock::now() + frame_period : du::reclaim_queue::time_point::max();
         }
         ++wakeups;
     }

@@ -865,8 +865,8 @@ mono_ns() { python3 -c 'import time; print(time.monotonic_ns())'; }
 
 # trace_cutoff END: the tracer's bursts that count for a client that ended at END (mono_ns): those
 # that begin more than 0.5 s before it. The client lingers LINGER s after its last frame, so what
-# the compositor still frees of its pools then (KWin's idle drains, 100 ms apart, split it into
-# bursts) counts, and what its exit drops (and shm_compositor's exit flush, ~0.16 s for 12 pools in
+# the compositor still frees of its pools then (its idle drains, the first 100 ms after the last
+# frame's, may split it into bursts) counts, and what its exit drops (and shm_compositor's exit flush, ~0.16 s for 12 pools in
 # run 20261207T1347Z) does not.
 trace_cutoff() { echo $(($1 - 500000000)); }
 

@@ -82,11 +82,12 @@ void frame_loop::run_vblank(std::uint64_t expirations) noexcept {
 }
 
 void frame_loop::arm_idle_timer(clock::time_point latest) noexcept {
-    const auto deadline = std::min(reclaim_.next_deadline(), latest);
-    if (deadline == clock::time_point::max()) {
+    // Nothing waits for a drain (the queue is empty, or the worker has the rest): no timer at all.
+    if (reclaim_.next_deadline() == clock::time_point::max()) {
         wl_event_source_timer_update(idle_source_, 0);
         return;
     }
+    const auto deadline = std::min(reclaim_.next_deadline(), latest);
     // wl_event_source_timer_update takes whole milliseconds, and 0 would disarm it.
     const auto wait = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
     wl_event_source_timer_update(idle_source_, static_cast<int>(std::max<decltype(wait)>(wait, 1)));
@@ -95,8 +96,8 @@ void frame_loop::arm_idle_timer(clock::time_point latest) noexcept {
 int frame_loop::on_idle(void* data) {
     auto* self = static_cast<frame_loop*>(data);
     ++self->stats_.idle_drains;
-    // A frame's slice at a frame's pace, until frames come again: a longer slice would be a stretch
-    // of teardown that input and the next frame wait out (4.4-6.4 ms with 4x, lab run 20261207T1347Z).
+    // A frame's slice at a frame's pace while work waits for a drain: a longer slice would be a
+    // stretch of teardown that input and the next frame wait out.
     self->reclaim_.on_idle(self->budget_);
     self->arm_idle_timer(clock::now() + self->period_);
     return 0;

@@ -2,7 +2,8 @@
 //
 // The output has a vblank every 1/hz (a periodic timerfd). At a vblank, if a commit asked for a
 // repaint: repaint the scene, then drain the reclaimer within the budget (the frame-commit hook).
-// A second timer, armed from the reclaimer's next_deadline(), drains when no frame is drawn.
+// A second timer, armed from the reclaimer's next_deadline(), drains when no frame is drawn, then
+// a frame period after each of its drains while work waits for one.
 // Every vblank the loop was too busy to see (a stall in a request handler, a long drain) is a missed
 // frame, whether or not anything was to be drawn: a real output would have shown a stale picture and
 // frozen the cursor. A frame's time runs from the oldest vblank it was due at to the end of its work.

@@ -22,9 +22,10 @@
 //   deferred_unmap::reclaim_queue queue;                                      // closes on a worker
 //   void on_pool_destroyed(pool& p) { queue.push(std::move(p.region)); }      // O(1), no syscall
 //   void on_frame_committed() { queue.drain(std::chrono::milliseconds{1}); }  // ~1 ms of munmap
-//   void on_idle_timer() { queue.drain(std::chrono::milliseconds{1}); }       // next_deadline(), then per frame
+//   void on_idle_timer() { queue.drain(std::chrono::milliseconds{1}); }       // next_deadline() (*)
 //   void on_worker_done() { queue.clear_worker_done(); }                      // worker_done_fd() readable
 //   // ~reclaim_queue() flushes whatever is left.
+//   // (*) after an idle drain: the earlier of next_deadline() and a frame period on, a frame's pace.
 //
 // Modes: by default (close_on_worker) drain makes the munmap calls and a worker thread the close()
 // calls, which free the pages without mmap_lock. unmap_on_worker gives the worker every call; with
