@@ -986,7 +986,7 @@ shm_compositor_client() {
     local client=("$CLIENT" "$@" --json "$rd/client.json")
     [ "$trace" != on ] || client=(/bin/sh -c "while [ ! -e $rd/go ]; do sleep 0.05; done; exec \"\$0\" \"\$@\"" "${client[@]}")
     chroot "$dir" /usr/bin/env -i HOME=/root XDG_RUNTIME_DIR=$rd timeout 120 $binary --mode $mode \
-        --socket lab-shm --json $rd/server.json -- "${client[@]}" >"$logs/shm_compositor-$build-$shape-rep$rep.log" 2>&1 &
+        --socket lab-shm --json $rd/server.json -- "${client[@]}" >"$logs/shm_compositor-$build-${name//\//-}-rep$rep.log" 2>&1 &
     local started=$!
     if [ "$trace" = on ]; then
         # chroot and env exec: $started is timeout, whose child is shm_compositor
@@ -1016,6 +1016,7 @@ shm_compositor_client() {
             gap_max_ms="$(json_field "$c" gap_max_ms)" frames="$(json_field "$c" frames)" \
             client_work_max_ms="$(json_field "$c" client_work_max_ms)" \
             protocol_error="$(json_field "$c" protocol_error)" missed_frames="$(json_field "$s" missed_frames)" \
+            drain_max_us="$(json_field "$s" drain_max_us)" step_max_us="$(json_field "$s" step_max_us)" \
             loaded=- "${fields[@]}"
     else
         record "$out" compositor=shm_compositor build=$build rep=$rep client=$name error="no client report" loaded=- "${fields[@]}"
