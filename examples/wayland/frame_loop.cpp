@@ -83,11 +83,12 @@ void frame_loop::run_vblank(std::uint64_t expirations) noexcept {
 
 void frame_loop::arm_idle_timer(clock::time_point latest) noexcept {
     // Nothing waits for a drain (the queue is empty, or the worker has the rest): no timer at all.
-    if (reclaim_.next_deadline() == clock::time_point::max()) {
+    const auto due = reclaim_.next_deadline();
+    if (due == clock::time_point::max()) {
         wl_event_source_timer_update(idle_source_, 0);
         return;
     }
-    const auto deadline = std::min(reclaim_.next_deadline(), latest);
+    const auto deadline = std::min(due, latest);
     // wl_event_source_timer_update takes whole milliseconds, and 0 would disarm it.
     const auto wait = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
     wl_event_source_timer_update(idle_source_, static_cast<int>(std::max<decltype(wait)>(wait, 1)));
