@@ -915,6 +915,8 @@ run_client() {
             gap_p50_ms="$(json_field "$f" gap_p50_ms)" gap_p99_ms="$(json_field "$f" gap_p99_ms)" \
             gap_max_ms="$(json_field "$f" gap_max_ms)" frames="$(json_field "$f" frames)" \
             client_work_max_ms="$(json_field "$f" client_work_max_ms)" \
+            gap_max_before_teardown_ms="$(json_field "$f" gap_max_before_teardown_ms)" \
+            gap_max_from_teardown_ms="$(json_field "$f" gap_max_from_teardown_ms)" \
             protocol_error="$(json_field "$f" protocol_error)" missed_frames=null \
             fds_before="$fd0" fds_after="${after% *}" memfd_maps_before="$memfd0" memfd_maps_after="${after#* }" \
             loaded="$lib" "${fields[@]}"
@@ -1015,6 +1017,8 @@ shm_compositor_client() {
             gap_p50_ms="$(json_field "$c" gap_p50_ms)" gap_p99_ms="$(json_field "$c" gap_p99_ms)" \
             gap_max_ms="$(json_field "$c" gap_max_ms)" frames="$(json_field "$c" frames)" \
             client_work_max_ms="$(json_field "$c" client_work_max_ms)" \
+            gap_max_before_teardown_ms="$(json_field "$c" gap_max_before_teardown_ms)" \
+            gap_max_from_teardown_ms="$(json_field "$c" gap_max_from_teardown_ms)" \
             protocol_error="$(json_field "$c" protocol_error)" missed_frames="$(json_field "$s" missed_frames)" \
             drain_max_us="$(json_field "$s" drain_max_us)" step_max_us="$(json_field "$s" step_max_us)" \
             loaded=- "${fields[@]}"

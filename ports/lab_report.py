@@ -19,6 +19,8 @@ tracer where the run has them:
          the main thread, whose longest teardown stretch is the largest gap within one frame interval
          (the value: |stretch - gap| / interval); any other build frees none there and has no stretch
          over 2 ms (the value: the longest stretch, ms).
+Each burst's largest gap is also split at the client's first destroy: the frames before it had no
+teardown, so a skip there is the machine's, not the teardown's (shown, not a target).
 Beside each client's max gap, the tracer's view of the same run (tools/shm-teardown-trace on the
 compositor): pools and bytes freed, how many on the main thread and on others, and the main
 thread's longest teardown stretch. When the run measured clients with and without the tracer
@@ -145,6 +147,27 @@ def print_overhead(run):
             lines.append(f"  {comp:<15} {build:<19} without {fmt(without):<22} with {fmt(with_tracer)}")
     if lines:
         print("\ntracer overhead: burst max gap ms without / with the tracer attached, per repetition")
+        for line in lines:
+            print(line)
+
+
+def in_intervals(recs, key):
+    """recs' `key` in frame intervals (each record's own gap p50)."""
+    return [None if not (r and r.get(key) and r.get("gap_p50_ms")) else r[key] / r["gap_p50_ms"] for r in recs]
+
+
+def print_skip_control(run):
+    """Each burst's largest gap before the client destroyed a pool (no teardown yet: the run's own
+    control for a skipped frame) and from then on, both in frame intervals (the run's gap p50)."""
+    lines = []
+    for comp, build in run.builds:
+        recs = run.pick(comp, build, run.untraced(comp, "burst"))
+        if not any(r and r.get("gap_max_before_teardown_ms") for r in recs):
+            continue
+        lines.append(f"  {comp:<15} {build:<19} before {fmt(in_intervals(recs, 'gap_max_before_teardown_ms'), 2):<22} "
+                     f"from {fmt(in_intervals(recs, 'gap_max_from_teardown_ms'), 2)}")
+    if lines:
+        print("\nburst: largest gap before the first destroy (no teardown yet) and from it on, in frame intervals")
         for line in lines:
             print(line)
 
@@ -277,6 +300,7 @@ def main():
     print_gaps(run)
     print_tracer(run)
     print_overhead(run)
+    print_skip_control(run)
     checks = targets(run)
     print("\ntargets (ratios per repetition)")
     for c in checks:

@@ -10,7 +10,10 @@
 // (1: each as soon as it is released), so the compositor tears down that many pools at once: the
 // shape that stalls compositors when Firefox or LibreOffice drop their pools. It measures the gaps
 // between its frame callbacks (what a user sees as stutter) and prints p50/p99/max, and the longest
-// time it spent on its own work for one frame (making and drawing the next pool).
+// time it spent on its own work for one frame (making and drawing the next pool). --json also splits
+// the largest gap at the first destroy: the gaps before it saw no teardown in the compositor, so they
+// are the run's own control for a skipped frame (gaps_before_teardown, gap_max_before_teardown_ms,
+// gap_max_from_teardown_ms; null where a side has no gap).
 //
 // --prepare-ahead (needs --frames): makes and draws every frame's memory before the first frame, so a
 // frame only announces a ready memfd. Use it to measure the compositor alone: on a VM whose balloon
@@ -35,6 +38,7 @@
 // Exit status: 0 done; 1 cannot connect or set up; 3 protocol error (unexpected).
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -42,6 +46,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -139,6 +144,9 @@ struct connection {
     long frames_done = 0;
     clock_type::time_point last_done{};
     std::vector<double> gaps_ms;
+    /// How many gaps were measured before the client first destroyed a buffer: those are the run's own
+    /// control for a skipped frame, with no teardown in the compositor.
+    std::optional<std::size_t> gaps_before_teardown;
     double work_max_ms = 0;       // the client's own longest frame: making, drawing, committing
     std::vector<int> prepared;    // --prepare-ahead: drawn memfds, the next frame's last
     bool failed = false;  // could not make a pool or buffer
@@ -157,6 +165,7 @@ void destroy_buffer(client_buffer* b) {
 void destroy_released(connection& c, std::size_t at_least) {
     const auto released = std::count_if(c.buffers.begin(), c.buffers.end(), [](client_buffer* b) { return b->released; });
     if (static_cast<std::size_t>(released) < at_least || released == 0) return;
+    if (!c.gaps_before_teardown) c.gaps_before_teardown = c.gaps_ms.size();
     std::erase_if(c.buffers, [](client_buffer* b) {
         if (!b->released) return false;
         destroy_buffer(b);
@@ -448,22 +457,35 @@ double quantile(std::vector<double> sorted, double q) {
     return sorted[std::min(rank, sorted.size() - 1)];
 }
 
+// The largest of gaps [from, to) as JSON: null where there are none.
+std::string json_max(const std::vector<double>& gaps, std::size_t from, std::size_t to) {
+    if (from >= to) return "null";
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", *std::max_element(gaps.begin() + static_cast<std::ptrdiff_t>(from),
+                                                               gaps.begin() + static_cast<std::ptrdiff_t>(to)));
+    return text;
+}
+
 void report(const connection& c, outcome result, const options& opt) {
     const double p50 = quantile(c.gaps_ms, 0.5);
     const double p99 = quantile(c.gaps_ms, 0.99);
     const double max = c.gaps_ms.empty() ? 0 : *std::max_element(c.gaps_ms.begin(), c.gaps_ms.end());
+    const std::size_t before = std::min(c.gaps_before_teardown.value_or(c.gaps_ms.size()), c.gaps_ms.size());
     const bool protocol_error = result == outcome::protocol_error;
     std::printf("stress_client: %ld frames, frame-callback gaps p50 %.1f ms, p99 %.1f ms, max %.1f ms, own work max %.1f ms, "
                 "protocol error: %s\n",
                 c.frames_done, p50, p99, max, c.work_max_ms, protocol_error ? "yes" : "no");
     if (opt.json.empty()) return;
     std::ofstream out(opt.json);
-    char text[512];
+    char text[768];
     std::snprintf(text, sizeof text,
                   "{\n  \"frames\": %ld,\n  \"gap_p50_ms\": %.2f,\n  \"gap_p99_ms\": %.2f,\n  \"gap_max_ms\": %.2f,\n"
+                  "  \"gaps_before_teardown\": %zu,\n  \"gap_max_before_teardown_ms\": %s,\n"
+                  "  \"gap_max_from_teardown_ms\": %s,\n"
                   "  \"client_work_max_ms\": %.2f,\n  \"prepared_ahead\": %s,\n"
                   "  \"pool_bytes\": %zu,\n  \"burst\": %zu,\n  \"protocol_error\": %s\n}\n",
-                  c.frames_done, p50, p99, max, c.work_max_ms, opt.prepare_ahead ? "true" : "false", opt.pool_bytes,
+                  c.frames_done, p50, p99, max, before, json_max(c.gaps_ms, 0, before).c_str(),
+                  json_max(c.gaps_ms, before, c.gaps_ms.size()).c_str(), c.work_max_ms, opt.prepare_ahead ? "true" : "false", opt.pool_bytes,
                   opt.burst, protocol_error ? "true" : "false");
     out << text;
 }
