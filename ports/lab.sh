@@ -876,13 +876,14 @@ trace_fields() {
     local f=$1 cutoff=$2
     [ -s "$f" ] || { echo "trace_error=no tracer output"; return; }
     echo "trace_bursts:=$(jq -c -s '[.[] | select(.type == "burst") | {start_ns, pools, bytes, small_pools, duration_ms,
-        main_thread_pools, other_thread_pools, main_longest_ms}]' "$f")"
+        main_thread_pools, other_thread_pools, main_longest_ms, main_longest_preempted_ms}]' "$f")"
     jq -r -s --argjson cut "$cutoff" '[.[] | select(.type == "burst" and .start_ns < $cut)] as $b |
         "trace_counted_bursts=\($b | length)",
         "trace_pools=\([$b[].pools] | add // 0)", "trace_bytes=\([$b[].bytes] | add // 0)",
         "trace_main_thread_pools=\([$b[].main_thread_pools] | add // 0)",
         "trace_other_thread_pools=\([$b[].other_thread_pools] | add // 0)",
-        "trace_main_longest_ms=\([$b[].main_longest_ms] | max // 0)"' "$f"
+        "trace_main_longest_ms=\([$b[].main_longest_ms] | max // 0)",
+        "trace_main_longest_preempted_ms=\($b | max_by(.main_longest_ms) // {} | .main_longest_preempted_ms // 0)"' "$f"
 }
 
 # run_client DIR OUT KIND BUILD REP SHAPE TRACE(on|off) ARGS...

@@ -23,8 +23,9 @@ Each burst's largest gap is also split at the client's first destroy: the frames
 teardown, so a skip there is the machine's, not the teardown's (shown, not a target).
 Beside each client's max gap, the tracer's view of the same run (tools/shm-teardown-trace on the
 compositor): pools and bytes freed, how many on the main thread and on others, and the main
-thread's longest teardown stretch. When the run measured clients with and without the tracer
-(lab.sh measure --tracer both), the tracer's overhead on the burst max gap.
+thread's longest teardown stretch with the part of it the thread spent preempted. When the run
+measured clients with and without the tracer (lab.sh measure --tracer both), the tracer's overhead
+on the burst max gap.
 """
 import argparse
 import json
@@ -127,12 +128,13 @@ def print_tracer(run):
                          f"{fmt(field(recs, 'trace_pools'), 0):<14} {fmt(mib(field(recs, 'trace_bytes')), 0):<20} "
                          f"{fmt(field(recs, 'trace_main_thread_pools'), 0):<14} "
                          f"{fmt(field(recs, 'trace_other_thread_pools'), 0):<14} "
-                         f"{fmt(field(recs, 'trace_main_longest_ms'), 2):<22} {'; '.join(errors)}")
+                         f"{fmt(field(recs, 'trace_main_longest_ms'), 2):<22} "
+                         f"{fmt(field(recs, 'trace_main_longest_preempted_ms'), 2):<22} {'; '.join(errors)}")
     if not lines:
         return
     print("\ntools/shm-teardown-trace on the compositor during the same client runs (the bursts that began before the client left)")
     print(f"{'compositor':<15} {'build':<19} {'client':<7} {'gap max ms':<22} {'pools':<14} {'MiB':<20} "
-          f"{'main-thread':<14} {'other-thread':<14} {'main longest ms':<22} tracer error")
+          f"{'main-thread':<14} {'other-thread':<14} {'main longest ms':<22} {'of it preempted ms':<22} tracer error")
     for line in lines:
         print(line)
 

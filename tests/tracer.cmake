@@ -1,6 +1,7 @@
 # tools/shm-teardown-trace: its burst logic on made-up lines (tracer.report), and the whole tool against
 # a real workload (tests/tracer/pool_workload.c): pools freed on the main thread closed first, and on a
-# second thread (tracer.main, tracer.worker). Those two need root, bpftrace and a mounted tracefs;
+# second thread, and on the main thread preempted by a spinning thread (tracer.main, tracer.worker,
+# tracer.crowded). Those need root, bpftrace and a mounted tracefs;
 # ctest reports them skipped (exit status 77) when one is missing.
 find_package(Python3 COMPONENTS Interpreter)
 if(NOT Python3_Interpreter_FOUND)
@@ -16,7 +17,7 @@ enable_language(C)
 add_executable(tracer_pool_workload tracer/pool_workload.c)
 set_target_properties(tracer_pool_workload PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON)
 target_link_libraries(tracer_pool_workload PRIVATE Threads::Threads)
-foreach(mode main worker)
+foreach(mode main worker crowded)
     add_test(NAME tracer.${mode}
         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tracer/run_test.py
             ${PROJECT_SOURCE_DIR}/tools/shm-teardown-trace $<TARGET_FILE:tracer_pool_workload> ${mode})

@@ -162,8 +162,8 @@ def parse_line(line):
             tid, seq, enter, sys_ns, dev, ino = map(int, parts[1:7])
             return {"kind": "close", "tid": tid, "seq": seq, "enter": enter, "dur": sys_ns,
                     "key": (dev, ino), "comm": " ".join(parts[7:])}
-        if kind == "S" and len(parts) == 3:
-            return {"kind": "S", "start": int(parts[1]), "end": int(parts[2])}
+        if kind == "S" and len(parts) == 4:
+            return {"kind": "S", "start": int(parts[1]), "end": int(parts[2]), "preempted": int(parts[3])}
         if kind == "s" and len(parts) == 2:
             return {"kind": "s", "start": int(parts[1])}
         if kind == "R":
@@ -200,7 +200,7 @@ class Tracker:
         self.gap_ns = gap_ns
         self.runs = []           # F lines not yet in a burst
         self.syscalls = []       # U/C lines not yet in a burst
-        self.stretches = []      # (start, end) of the main thread, recent
+        self.stretches = []      # (start, end, preempted ns) of the main thread, recent
         self.open_stretch = None
         self.names = {}
         self.bursts = []
@@ -215,7 +215,7 @@ class Tracker:
         elif kind == "s":
             self.open_stretch = event["start"]
         elif kind == "S":
-            self.stretches.append((event["start"], event["end"]))
+            self.stretches.append((event["start"], event["end"], event["preempted"]))
             self.open_stretch = None
         if "comm" in event:
             self.names[event["tid"]] = event["comm"]
@@ -240,7 +240,7 @@ class Tracker:
     def _prune(self, now):
         """Syscalls and stretches that no burst claimed: kept SYSCALL_KEEP_NS, then forgotten."""
         self.syscalls = [c for c in self.syscalls if now - c["enter"] < SYSCALL_KEEP_NS]
-        self.stretches = [(s, e) for s, e in self.stretches if now - e < SYSCALL_KEEP_NS]
+        self.stretches = [t for t in self.stretches if now - t[1] < SYSCALL_KEEP_NS]
 
     def _drop_small(self, before):
         """Small pools freed with no large one near them: counted in the summary only."""
@@ -277,10 +277,11 @@ class Tracker:
         return burst
 
     def _stretches_in(self, start, end, now):
-        found = [(s, e) for s, e in self.stretches if s <= end and e >= start]
+        found = [t for t in self.stretches if t[0] <= end and t[1] >= start]
         if self.open_stretch is not None and self.open_stretch <= end:
-            found.append((self.open_stretch, now))  # still tearing down: counted up to now
-        self.stretches = [(s, e) for s, e in self.stretches if e > end]
+            # still tearing down: counted up to now, its preempted time not known before its end
+            found.append((self.open_stretch, now, 0))
+        self.stretches = [t for t in self.stretches if t[1] > end]
         return found
 
     def _summarise(self, pools, syscalls, start, end, stretches):
@@ -301,13 +302,15 @@ class Tracker:
             entry[call["kind"] + "_ms"] += call["dur"] / 1e6
             entry[call["kind"] + "_calls"] += 1
         main_pools = sum(1 for p in big.values() if p["tid"] == self.pid)
-        durations = [(e - s) / 1e6 for s, e in stretches]
+        durations = [(e - s) / 1e6 for s, e, _ in stretches]
+        longest = max(stretches, key=lambda t: t[1] - t[0], default=(0, 0, 0))
         return {
             "type": "burst", "n": len(self.bursts) + 1, "start_ns": start, "duration_ms": round((end - start) / 1e6, 3),
             "pools": len(big), "bytes": sum(p["bytes"] for p in big.values()),
             "small_pools": len(small), "small_bytes": sum(p["bytes"] for p in small),
             "main_thread_pools": main_pools, "other_thread_pools": len(big) - main_pools,
-            "main_longest_ms": round(max(durations, default=0.0), 3), "main_stretches": len(durations),
+            "main_longest_ms": round(max(durations, default=0.0), 3),
+            "main_longest_preempted_ms": round(longest[2] / 1e6, 3), "main_stretches": len(durations),
             "main_stretch_total_ms": round(sum(durations), 3),
             "threads": [{**t, "munmap_ms": round(t["munmap_ms"], 3), "close_ms": round(t["close_ms"], 3)}
                         for t in sorted(threads.values(), key=lambda t: (not t["main"], t["tid"]))],
@@ -336,18 +339,21 @@ def burst_text(burst, when):
     return (f"{when} burst {burst['n']}: {burst['pools']} pools {human_bytes(burst['bytes'])} "
             f"(+{burst['small_pools']} small, {human_bytes(burst['small_bytes'])}) in {burst['duration_ms']:.1f} ms; "
             f"main thread {burst['main_thread_pools']}, others {burst['other_thread_pools']}; "
-            f"main longest {burst['main_longest_ms']:.2f} ms ({burst['main_stretches']} stretches, "
+            f"main longest {burst['main_longest_ms']:.2f} ms, {burst['main_longest_preempted_ms']:.2f} preempted "
+            f"({burst['main_stretches']} stretches, "
             f"{burst['main_stretch_total_ms']:.1f} ms); {threads}")
 
 
 def summary(tracker, traced_s):
     bursts = tracker.bursts
+    longest = max(bursts, key=lambda b: b["main_longest_ms"], default={"main_longest_ms": 0.0, "main_longest_preempted_ms": 0.0})
     return {
         "type": "summary", "traced_s": round(traced_s, 1), "bursts": len(bursts),
         "pools": sum(b["pools"] for b in bursts), "bytes": sum(b["bytes"] for b in bursts),
         "main_thread_pools": sum(b["main_thread_pools"] for b in bursts),
         "other_thread_pools": sum(b["other_thread_pools"] for b in bursts),
-        "main_longest_ms": max((b["main_longest_ms"] for b in bursts), default=0.0),
+        "main_longest_ms": longest["main_longest_ms"],
+        "main_longest_preempted_ms": longest["main_longest_preempted_ms"],
         "small_pools": sum(b["small_pools"] for b in bursts) + tracker.small_outside[0],
         "small_bytes": sum(b["small_bytes"] for b in bursts) + tracker.small_outside[1],
     }
@@ -356,7 +362,7 @@ def summary(tracker, traced_s):
 def summary_text(s):
     return (f"summary: {s['bursts']} bursts over {s['traced_s']} s: {s['pools']} pools {human_bytes(s['bytes'])}, "
             f"main thread {s['main_thread_pools']}, others {s['other_thread_pools']}; longest main stretch "
-            f"{s['main_longest_ms']:.2f} ms; small pools {s['small_pools']} ({human_bytes(s['small_bytes'])})")
+            f"{s['main_longest_ms']:.2f} ms ({s['main_longest_preempted_ms']:.2f} preempted); small pools {s['small_pools']} ({human_bytes(s['small_bytes'])})")
 
 
 # ---- running bpftrace ----

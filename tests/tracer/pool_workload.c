@@ -8,15 +8,20 @@
 //           unmaps each in two steps, front half first (as deferred_unmap cuts a munmap), then a
 //           thread named "pool-closer" closes them all (close_on_worker): the pages are freed on
 //           that thread, inside close()
+//   crowded main's teardown with a thread spinning on the main thread's CPU (both pinned there), and
+//           50 ms of the main thread's own work after the last munmap before it waits: the
+//           scheduler must preempt the main thread within its teardown stretch
 // After the teardown it prints "done" with the teardown's wall and CPU time (the process's, every
 // thread: what a tracer attached adds to it), then waits 300 ms in poll(), as an event loop would,
 // so the tracer sees the end of its teardown stretch, and exits 0.
 //
-//   pool_workload N BYTES main|worker
+//   pool_workload N BYTES main|worker|crowded
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,9 +93,44 @@ static double ms_between(struct timespec from, struct timespec to) {
     return (double)(to.tv_sec - from.tv_sec) * 1e3 + (double)(to.tv_nsec - from.tv_nsec) / 1e6;
 }
 
+static void pin(pthread_t thread, int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if ((errno = pthread_setaffinity_np(thread, sizeof set, &set)) != 0) fail("pthread_setaffinity_np");
+}
+
+static void* spin_until(void* arg) {
+    const atomic_int* stop = arg;
+    while (!atomic_load_explicit(stop, memory_order_relaxed)) {}
+    return NULL;
+}
+
+static void work_for_ms(double ms) {
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    now = start;
+    while (ms_between(start, now) < ms) clock_gettime(CLOCK_MONOTONIC, &now);
+}
+
+static void crowded(struct pool* pools, long count, size_t bytes) {
+    const int cpu = sched_getcpu();
+    if (cpu < 0) fail("sched_getcpu");
+    pin(pthread_self(), cpu);
+    atomic_int stop = 0;
+    pthread_t hog;
+    if ((errno = pthread_create(&hog, NULL, spin_until, &stop)) != 0) fail("pthread_create");
+    pthread_setname_np(hog, "hog");
+    pin(hog, cpu);
+    closed_first(pools, count, bytes);
+    work_for_ms(50);
+    atomic_store(&stop, 1);
+    if ((errno = pthread_join(hog, NULL)) != 0) fail("pthread_join");
+}
+
 int main(int argc, char** argv) {
-    if (argc != 4 || (strcmp(argv[3], "main") != 0 && strcmp(argv[3], "worker") != 0)) {
-        fprintf(stderr, "usage: pool_workload N BYTES main|worker\n");
+    if (argc != 4 || (strcmp(argv[3], "main") != 0 && strcmp(argv[3], "worker") != 0 && strcmp(argv[3], "crowded") != 0)) {
+        fprintf(stderr, "usage: pool_workload N BYTES main|worker|crowded\n");
         return 2;
     }
     const long count = atol(argv[1]);
@@ -110,6 +150,7 @@ int main(int argc, char** argv) {
     clock_gettime(CLOCK_MONOTONIC, &start);
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_start);
     if (strcmp(argv[3], "main") == 0) closed_first(pools, count, bytes);
+    else if (strcmp(argv[3], "crowded") == 0) crowded(pools, count, bytes);
     else closed_on_thread(pools, count, bytes);
     clock_gettime(CLOCK_MONOTONIC, &end);
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_end);

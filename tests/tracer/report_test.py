@@ -42,7 +42,7 @@ def closed_first(t, ino, seq, tid=PID):
 
 
 def case_closed_first(report, check):
-    lines = [(1, "s 1")] + closed_first(1, 10, 1) + closed_first(4, 11, 3) + [(8 * MS, f"S {MS} {8 * MS}")]
+    lines = [(1, "s 1")] + closed_first(1, 10, 1) + closed_first(4, 11, 3) + [(8 * MS, f"S {MS} {8 * MS} 0")]
     bursts, _ = bursts_of(report, lines, 2000 * MS)
     check("closed first: one burst", len(bursts) == 1)
     b = bursts[0]
@@ -51,15 +51,18 @@ def case_closed_first(report, check):
           (b["pools"], b["bytes"], b["main_thread_pools"], b["other_thread_pools"]) == (2, 40 * MIB, 2, 0))
     check("closed first: both closes and munmaps, munmap time with its task work",
           (main["close_calls"], main["munmap_calls"]) == (2, 2) and abs(main["munmap_ms"] - 3.0) < 1e-6)
-    check("closed first: the stretch", b["main_longest_ms"] == 7.0 and b["main_stretches"] == 1)
+    check("closed first: the stretch, none of it preempted",
+          (b["main_longest_ms"], b["main_longest_preempted_ms"], b["main_stretches"]) == (7.0, 0.0, 1))
 
 
 def case_worker(report, check):
     lines = []
+    # The second stretch lasts 4 ms, 3 of them preempted; the others 1 ms, 0.5 of the first preempted.
+    lengths, preempted = (MS, 4 * MS, MS), (MS // 2, 3 * MS, 0)
     for i in range(3):
         t = (10 + 16 * i) * MS
         lines += [(t, f"s {t}"), (t + MS // 5, f"U {PID} {i + 1} {t} {MS // 5} 0 1 {20 + i} comp"),
-                  (t + MS, f"S {t} {t + MS}"),
+                  (t + lengths[i], f"S {t} {t + lengths[i]} {preempted[i]}"),
                   (t + 4 * MS, f"F {WORKER} 2 {i + 1} 1 {20 + i} {20 * MIB} {t + 2 * MS} {t + 4 * MS} du-reclaim"),
                   (t + 4 * MS, f"C {WORKER} {i + 1} {t + 2 * MS} {2 * MS} 1 {20 + i} du-reclaim")]
     bursts, _ = bursts_of(report, lines, 2000 * MS)
@@ -69,7 +72,8 @@ def case_worker(report, check):
     check("worker: 3 pools on the worker", (b["pools"], b["main_thread_pools"], b["other_thread_pools"]) == (3, 0, 3))
     check("worker: its closes, the main thread's munmaps of the same pools",
           worker["close_calls"] == 3 and b["threads"][0]["munmap_calls"] == 3)
-    check("worker: main stretches of 1 ms", b["main_longest_ms"] == 1.0 and b["main_stretches"] == 3)
+    check("worker: the longest main stretch, with its own preempted time",
+          (b["main_longest_ms"], b["main_longest_preempted_ms"], b["main_stretches"]) == (4.0, 3.0, 3))
 
 
 def case_gap_and_small(report, check):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs tools/shm-teardown-trace --json against pool_workload and checks what it reports.
 
-    run_test.py TRACER WORKLOAD main|worker [POOLS] [BYTES]
+    run_test.py TRACER WORKLOAD main|worker|crowded [POOLS] [BYTES]
 
 main:   the workload maps each pool (the tracer sees the mmap), closes it first and unmaps it on its
         main thread; the tracer must report one burst of POOLS pools, BYTES each within 5%, all freed
@@ -11,6 +11,9 @@ worker: pools mapped before the tracer attached (known from /proc/PID/maps); the
         each in two steps, front first, and a second thread closes them; the tracer must report them
         all freed on that thread (other_thread_pools) and both munmap steps of each on the main
         thread. The tracer ends by itself when the workload exits.
+crowded: as main, with a thread spinning on the main thread's CPU and 50 ms of the main thread's own
+        work before it waits: the longest stretch must report part of it preempted, not all.
+In every mode the longest stretch's preempted time lies within it.
 Exit status 77 (ctest: skipped) without root, bpftrace or a mounted tracefs; 1 on a failed check."""
 import json
 import os
@@ -112,9 +115,14 @@ def check(mode, status, out, pools, size):
     ok("the main thread is listed", main is not None)
     if main is None:
         return ok.failures
-    steps = pools if mode == "main" else 2 * pools
+    steps = 2 * pools if mode == "worker" else pools
     ok(f"the main thread's munmaps of the pools: {steps} (got {main['munmap_calls']})", main["munmap_calls"] == steps)
-    if mode == "main":
+    preempted, longest = burst["main_longest_preempted_ms"], burst["main_longest_ms"]
+    ok(f"the longest stretch's preempted time {preempted} ms within it ({longest} ms)", 0 <= preempted <= longest)
+    if mode == "crowded":
+        # 50 ms of work on a CPU shared with a spinning thread: the scheduler must have preempted it.
+        ok(f"crowded: the stretch was preempted ({preempted} of {longest} ms)", 0 < preempted < longest)
+    if mode != "worker":
         ok(f"main_thread_pools == {pools} (got {burst['main_thread_pools']})", burst["main_thread_pools"] == pools)
         ok(f"other_thread_pools == 0 (got {burst['other_thread_pools']})", burst["other_thread_pools"] == 0)
         ok(f"the main thread closed {pools} pools (got {main['close_calls']})", main["close_calls"] == pools)
@@ -135,7 +143,7 @@ def check(mode, status, out, pools, size):
 
 
 def main(argv):
-    if len(argv) not in (4, 6) or argv[3] not in ("main", "worker"):
+    if len(argv) not in (4, 6) or argv[3] not in ("main", "worker", "crowded"):
         print(__doc__)
         return 2
     reason = skip_reason()
