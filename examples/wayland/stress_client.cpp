@@ -11,9 +11,10 @@
 // shape that stalls compositors when Firefox or LibreOffice drop their pools. It measures the gaps
 // between its frame callbacks (what a user sees as stutter) and prints p50/p99/max, and the longest
 // time it spent on its own work for one frame (making and drawing the next pool). --json also splits
-// the largest gap at the first destroy: the gaps before it saw no teardown in the compositor, so they
-// are the run's own control for a skipped frame (gaps_before_teardown, gap_max_before_teardown_ms,
-// gap_max_from_teardown_ms; null where a side has no gap).
+// the largest gap at the first destroy: the gaps before it (the window's first frames included) saw
+// no pool torn down in the compositor, so they are the run's own control for a skipped frame
+// (gaps_before_teardown: all of them when nothing was destroyed; gap_max_before_teardown_ms,
+// gap_max_from_teardown_ms: null where a side has no gap).
 //
 // --prepare-ahead (needs --frames): makes and draws every frame's memory before the first frame, so a
 // frame only announces a ready memfd. Use it to measure the compositor alone: on a VM whose balloon
@@ -38,9 +39,9 @@
 // Exit status: 0 done; 1 cannot connect or set up; 3 protocol error (unexpected).
 #include <algorithm>
 #include <cerrno>
-#include <cstddef>
 #include <chrono>
 #include <csignal>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -470,7 +471,7 @@ void report(const connection& c, outcome result, const options& opt) {
     const double p50 = quantile(c.gaps_ms, 0.5);
     const double p99 = quantile(c.gaps_ms, 0.99);
     const double max = c.gaps_ms.empty() ? 0 : *std::max_element(c.gaps_ms.begin(), c.gaps_ms.end());
-    const std::size_t before = std::min(c.gaps_before_teardown.value_or(c.gaps_ms.size()), c.gaps_ms.size());
+    const std::size_t before = c.gaps_before_teardown.value_or(c.gaps_ms.size());
     const bool protocol_error = result == outcome::protocol_error;
     std::printf("stress_client: %ld frames, frame-callback gaps p50 %.1f ms, p99 %.1f ms, max %.1f ms, own work max %.1f ms, "
                 "protocol error: %s\n",
