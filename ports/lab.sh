@@ -876,14 +876,14 @@ trace_fields() {
     local f=$1 cutoff=$2
     [ -s "$f" ] || { echo "trace_error=no tracer output"; return; }
     echo "trace_bursts:=$(jq -c -s '[.[] | select(.type == "burst") | {start_ns, pools, bytes, small_pools, duration_ms,
-        main_thread_pools, other_thread_pools, main_longest_ms, main_longest_preempted_ms}]' "$f")"
+        main_thread_pools, other_thread_pools, main_longest_ms, main_longest_cpu_wait_ms}]' "$f")"
     jq -r -s --argjson cut "$cutoff" '[.[] | select(.type == "burst" and .start_ns < $cut)] as $b |
         "trace_counted_bursts=\($b | length)",
         "trace_pools=\([$b[].pools] | add // 0)", "trace_bytes=\([$b[].bytes] | add // 0)",
         "trace_main_thread_pools=\([$b[].main_thread_pools] | add // 0)",
         "trace_other_thread_pools=\([$b[].other_thread_pools] | add // 0)",
         "trace_main_longest_ms=\([$b[].main_longest_ms] | max // 0)",
-        "trace_main_longest_preempted_ms=\($b | max_by(.main_longest_ms) // {} | .main_longest_preempted_ms // 0)"' "$f"
+        "trace_main_longest_cpu_wait_ms=\($b | max_by(.main_longest_ms) // {} | .main_longest_cpu_wait_ms // null)"' "$f"
 }
 
 # run_client DIR OUT KIND BUILD REP SHAPE TRACE(on|off) ARGS...
@@ -916,6 +916,7 @@ run_client() {
             gap_p50_ms="$(json_field "$f" gap_p50_ms)" gap_p99_ms="$(json_field "$f" gap_p99_ms)" \
             gap_max_ms="$(json_field "$f" gap_max_ms)" frames="$(json_field "$f" frames)" \
             client_work_max_ms="$(json_field "$f" client_work_max_ms)" \
+            gaps_before_teardown="$(json_field "$f" gaps_before_teardown)" \
             gap_max_before_teardown_ms="$(json_field "$f" gap_max_before_teardown_ms)" \
             gap_max_from_teardown_ms="$(json_field "$f" gap_max_from_teardown_ms)" \
             protocol_error="$(json_field "$f" protocol_error)" missed_frames=null \
@@ -1018,6 +1019,7 @@ shm_compositor_client() {
             gap_p50_ms="$(json_field "$c" gap_p50_ms)" gap_p99_ms="$(json_field "$c" gap_p99_ms)" \
             gap_max_ms="$(json_field "$c" gap_max_ms)" frames="$(json_field "$c" frames)" \
             client_work_max_ms="$(json_field "$c" client_work_max_ms)" \
+            gaps_before_teardown="$(json_field "$c" gaps_before_teardown)" \
             gap_max_before_teardown_ms="$(json_field "$c" gap_max_before_teardown_ms)" \
             gap_max_from_teardown_ms="$(json_field "$c" gap_max_from_teardown_ms)" \
             protocol_error="$(json_field "$c" protocol_error)" missed_frames="$(json_field "$s" missed_frames)" \

@@ -19,11 +19,12 @@ tracer where the run has them:
          the main thread, whose longest teardown stretch is the largest gap within one frame interval
          (the value: |stretch - gap| / interval); any other build frees none there and has no stretch
          over 2 ms (the value: the longest stretch, ms).
-Each burst's largest gap is also split at the client's first destroy: the frames before it had no
-teardown, so a skip there is the machine's, not the teardown's (shown, not a target).
+Each burst's largest gap is also split at the client's first destroy: the ~52 gaps before it (the
+window's first frames included) had no pool teardown, so a skip there is not the teardown's; the ~11
+from it on hold the burst (shown, not a target).
 Beside each client's max gap, the tracer's view of the same run (tools/shm-teardown-trace on the
 compositor): pools and bytes freed, how many on the main thread and on others, and the main
-thread's longest teardown stretch with the part of it the thread spent preempted. When the run
+thread's longest teardown stretch with the part of it the thread spent waiting for a CPU. When the run
 measured clients with and without the tracer (lab.sh measure --tracer both), the tracer's overhead
 on the burst max gap.
 """
@@ -129,12 +130,12 @@ def print_tracer(run):
                          f"{fmt(field(recs, 'trace_main_thread_pools'), 0):<14} "
                          f"{fmt(field(recs, 'trace_other_thread_pools'), 0):<14} "
                          f"{fmt(field(recs, 'trace_main_longest_ms'), 2):<22} "
-                         f"{fmt(field(recs, 'trace_main_longest_preempted_ms'), 2):<22} {'; '.join(errors)}")
+                         f"{fmt(field(recs, 'trace_main_longest_cpu_wait_ms'), 2):<22} {'; '.join(errors)}")
     if not lines:
         return
     print("\ntools/shm-teardown-trace on the compositor during the same client runs (the bursts that began before the client left)")
     print(f"{'compositor':<15} {'build':<19} {'client':<7} {'gap max ms':<22} {'pools':<14} {'MiB':<20} "
-          f"{'main-thread':<14} {'other-thread':<14} {'main longest ms':<22} {'of it preempted ms':<22} tracer error")
+          f"{'main-thread':<14} {'other-thread':<14} {'main longest ms':<22} {'of it CPU wait ms':<22} tracer error")
     for line in lines:
         print(line)
 

@@ -16,7 +16,7 @@ set_tests_properties(tracer.report PROPERTIES LABELS tracer)
 enable_language(C)
 add_executable(tracer_pool_workload tracer/pool_workload.c)
 set_target_properties(tracer_pool_workload PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON)
-target_link_libraries(tracer_pool_workload PRIVATE Threads::Threads)
+target_link_libraries(tracer_pool_workload PRIVATE Threads::Threads deferred_unmap_warnings)
 foreach(mode main worker crowded)
     add_test(NAME tracer.${mode}
         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tracer/run_test.py

@@ -163,7 +163,7 @@ def parse_line(line):
             return {"kind": "close", "tid": tid, "seq": seq, "enter": enter, "dur": sys_ns,
                     "key": (dev, ino), "comm": " ".join(parts[7:])}
         if kind == "S" and len(parts) == 4:
-            return {"kind": "S", "start": int(parts[1]), "end": int(parts[2]), "preempted": int(parts[3])}
+            return {"kind": "S", "start": int(parts[1]), "end": int(parts[2]), "cpu_wait": int(parts[3])}
         if kind == "s" and len(parts) == 2:
             return {"kind": "s", "start": int(parts[1])}
         if kind == "R":
@@ -200,7 +200,7 @@ class Tracker:
         self.gap_ns = gap_ns
         self.runs = []           # F lines not yet in a burst
         self.syscalls = []       # U/C lines not yet in a burst
-        self.stretches = []      # (start, end, preempted ns) of the main thread, recent
+        self.stretches = []      # (start, end, ns waiting for a CPU) of the main thread, recent
         self.open_stretch = None
         self.names = {}
         self.bursts = []
@@ -215,7 +215,7 @@ class Tracker:
         elif kind == "s":
             self.open_stretch = event["start"]
         elif kind == "S":
-            self.stretches.append((event["start"], event["end"], event["preempted"]))
+            self.stretches.append((event["start"], event["end"], event["cpu_wait"]))
             self.open_stretch = None
         if "comm" in event:
             self.names[event["tid"]] = event["comm"]
@@ -279,8 +279,8 @@ class Tracker:
     def _stretches_in(self, start, end, now):
         found = [t for t in self.stretches if t[0] <= end and t[1] >= start]
         if self.open_stretch is not None and self.open_stretch <= end:
-            # still tearing down: counted up to now, its preempted time not known before its end
-            found.append((self.open_stretch, now, 0))
+            # still tearing down: counted up to now, its wait for a CPU unknown before its end
+            found.append((self.open_stretch, now, None))
         self.stretches = [t for t in self.stretches if t[1] > end]
         return found
 
@@ -304,13 +304,14 @@ class Tracker:
         main_pools = sum(1 for p in big.values() if p["tid"] == self.pid)
         durations = [(e - s) / 1e6 for s, e, _ in stretches]
         longest = max(stretches, key=lambda t: t[1] - t[0], default=(0, 0, 0))
+        wait = None if longest[2] is None else round(longest[2] / 1e6, 3)
         return {
             "type": "burst", "n": len(self.bursts) + 1, "start_ns": start, "duration_ms": round((end - start) / 1e6, 3),
             "pools": len(big), "bytes": sum(p["bytes"] for p in big.values()),
             "small_pools": len(small), "small_bytes": sum(p["bytes"] for p in small),
             "main_thread_pools": main_pools, "other_thread_pools": len(big) - main_pools,
             "main_longest_ms": round(max(durations, default=0.0), 3),
-            "main_longest_preempted_ms": round(longest[2] / 1e6, 3), "main_stretches": len(durations),
+            "main_longest_cpu_wait_ms": wait, "main_stretches": len(durations),
             "main_stretch_total_ms": round(sum(durations), 3),
             "threads": [{**t, "munmap_ms": round(t["munmap_ms"], 3), "close_ms": round(t["close_ms"], 3)}
                         for t in sorted(threads.values(), key=lambda t: (not t["main"], t["tid"]))],
@@ -326,6 +327,10 @@ def human_bytes(n):
     return f"{n} B"
 
 
+def ms_or_unknown(value):
+    return "?" if value is None else f"{value:.2f}"
+
+
 def wall_clock(mono_ns, offset_ns):
     stamp = datetime.datetime.fromtimestamp((mono_ns + offset_ns) / 1e9, datetime.timezone.utc)
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
@@ -339,21 +344,21 @@ def burst_text(burst, when):
     return (f"{when} burst {burst['n']}: {burst['pools']} pools {human_bytes(burst['bytes'])} "
             f"(+{burst['small_pools']} small, {human_bytes(burst['small_bytes'])}) in {burst['duration_ms']:.1f} ms; "
             f"main thread {burst['main_thread_pools']}, others {burst['other_thread_pools']}; "
-            f"main longest {burst['main_longest_ms']:.2f} ms, {burst['main_longest_preempted_ms']:.2f} preempted "
-            f"({burst['main_stretches']} stretches, "
+            f"main longest {burst['main_longest_ms']:.2f} ms, {ms_or_unknown(burst['main_longest_cpu_wait_ms'])} of it "
+            f"waiting for a CPU ({burst['main_stretches']} stretches, "
             f"{burst['main_stretch_total_ms']:.1f} ms); {threads}")
 
 
 def summary(tracker, traced_s):
     bursts = tracker.bursts
-    longest = max(bursts, key=lambda b: b["main_longest_ms"], default={"main_longest_ms": 0.0, "main_longest_preempted_ms": 0.0})
+    longest = max(bursts, key=lambda b: b["main_longest_ms"], default={"main_longest_ms": 0.0, "main_longest_cpu_wait_ms": 0.0})
     return {
         "type": "summary", "traced_s": round(traced_s, 1), "bursts": len(bursts),
         "pools": sum(b["pools"] for b in bursts), "bytes": sum(b["bytes"] for b in bursts),
         "main_thread_pools": sum(b["main_thread_pools"] for b in bursts),
         "other_thread_pools": sum(b["other_thread_pools"] for b in bursts),
         "main_longest_ms": longest["main_longest_ms"],
-        "main_longest_preempted_ms": longest["main_longest_preempted_ms"],
+        "main_longest_cpu_wait_ms": longest["main_longest_cpu_wait_ms"],
         "small_pools": sum(b["small_pools"] for b in bursts) + tracker.small_outside[0],
         "small_bytes": sum(b["small_bytes"] for b in bursts) + tracker.small_outside[1],
     }
@@ -362,7 +367,7 @@ def summary(tracker, traced_s):
 def summary_text(s):
     return (f"summary: {s['bursts']} bursts over {s['traced_s']} s: {s['pools']} pools {human_bytes(s['bytes'])}, "
             f"main thread {s['main_thread_pools']}, others {s['other_thread_pools']}; longest main stretch "
-            f"{s['main_longest_ms']:.2f} ms ({s['main_longest_preempted_ms']:.2f} preempted); small pools {s['small_pools']} ({human_bytes(s['small_bytes'])})")
+            f"{s['main_longest_ms']:.2f} ms ({ms_or_unknown(s['main_longest_cpu_wait_ms'])} of it waiting for a CPU); small pools {s['small_pools']} ({human_bytes(s['small_bytes'])})")
 
 
 # ---- running bpftrace ----

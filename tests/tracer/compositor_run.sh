@@ -84,9 +84,11 @@ one_run() {  # one_run <mode> <traced: yes|no> <label>
 import json, sys
 # After the client has gone, shm_compositor drains on its idle timer: the stretches that frames
 # felt are those that ended while the client still drew.
-drawn = [(int(e) - int(s)) / 1e6 for kind, s, e in (l.split() for l in open(sys.argv[2]) if l.startswith("S "))
-         if int(e) <= int(sys.argv[3])]
-print(f"; main longest while the client drew {max(drawn, default=0):.2f} ms ({len(drawn)} stretches)", end="")
+drawn = [((int(e) - int(s)) / 1e6, int(w) / 1e6)
+         for kind, s, e, w in (l.split() for l in open(sys.argv[2]) if l.startswith("S ")) if int(e) <= int(sys.argv[3])]
+longest, wait = max(drawn, default=(0, 0))
+print(f"; main longest while the client drew {longest:.2f} ms, {wait:.2f} of it waiting for a CPU"
+      f" ({len(drawn)} stretches)", end="")
 for line in open(sys.argv[1]):
     r = json.loads(line)
     if r["type"] == "burst":

@@ -93,11 +93,11 @@ static double ms_between(struct timespec from, struct timespec to) {
     return (double)(to.tv_sec - from.tv_sec) * 1e3 + (double)(to.tv_nsec - from.tv_nsec) / 1e6;
 }
 
-static void pin(pthread_t thread, int cpu) {
+static void pin_to(int cpu) {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
-    if ((errno = pthread_setaffinity_np(thread, sizeof set, &set)) != 0) fail("pthread_setaffinity_np");
+    if ((errno = pthread_setaffinity_np(pthread_self(), sizeof set, &set)) != 0) fail("pthread_setaffinity_np");
 }
 
 static void* spin_until(void* arg) {
@@ -114,14 +114,16 @@ static void work_for_ms(double ms) {
 }
 
 static void crowded(struct pool* pools, long count, size_t bytes) {
+    // SCHED_OTHER whatever the test was started with: a SCHED_FIFO spinner would never yield the CPU.
+    const struct sched_param normal = {0};
+    if (sched_setscheduler(0, SCHED_OTHER, &normal) != 0) fail("sched_setscheduler");
     const int cpu = sched_getcpu();
     if (cpu < 0) fail("sched_getcpu");
-    pin(pthread_self(), cpu);
+    pin_to(cpu);
     atomic_int stop = 0;
-    pthread_t hog;
+    pthread_t hog;  // inherits the policy and the one-CPU affinity
     if ((errno = pthread_create(&hog, NULL, spin_until, &stop)) != 0) fail("pthread_create");
     pthread_setname_np(hog, "hog");
-    pin(hog, cpu);
     closed_first(pools, count, bytes);
     work_for_ms(50);
     atomic_store(&stop, 1);

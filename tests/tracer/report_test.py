@@ -51,18 +51,18 @@ def case_closed_first(report, check):
           (b["pools"], b["bytes"], b["main_thread_pools"], b["other_thread_pools"]) == (2, 40 * MIB, 2, 0))
     check("closed first: both closes and munmaps, munmap time with its task work",
           (main["close_calls"], main["munmap_calls"]) == (2, 2) and abs(main["munmap_ms"] - 3.0) < 1e-6)
-    check("closed first: the stretch, none of it preempted",
-          (b["main_longest_ms"], b["main_longest_preempted_ms"], b["main_stretches"]) == (7.0, 0.0, 1))
+    check("closed first: the stretch, no wait for a CPU in it",
+          (b["main_longest_ms"], b["main_longest_cpu_wait_ms"], b["main_stretches"]) == (7.0, 0.0, 1))
 
 
 def case_worker(report, check):
     lines = []
-    # The second stretch lasts 4 ms, 3 of them preempted; the others 1 ms, 0.5 of the first preempted.
-    lengths, preempted = (MS, 4 * MS, MS), (MS // 2, 3 * MS, 0)
+    # The second stretch is the longest (4 ms, 1 of them waiting for a CPU); the first waited longer.
+    lengths, cpu_wait = (3 * MS, 4 * MS, MS), (2 * MS, MS, 0)
     for i in range(3):
         t = (10 + 16 * i) * MS
         lines += [(t, f"s {t}"), (t + MS // 5, f"U {PID} {i + 1} {t} {MS // 5} 0 1 {20 + i} comp"),
-                  (t + lengths[i], f"S {t} {t + lengths[i]} {preempted[i]}"),
+                  (t + lengths[i], f"S {t} {t + lengths[i]} {cpu_wait[i]}"),
                   (t + 4 * MS, f"F {WORKER} 2 {i + 1} 1 {20 + i} {20 * MIB} {t + 2 * MS} {t + 4 * MS} du-reclaim"),
                   (t + 4 * MS, f"C {WORKER} {i + 1} {t + 2 * MS} {2 * MS} 1 {20 + i} du-reclaim")]
     bursts, _ = bursts_of(report, lines, 2000 * MS)
@@ -72,8 +72,29 @@ def case_worker(report, check):
     check("worker: 3 pools on the worker", (b["pools"], b["main_thread_pools"], b["other_thread_pools"]) == (3, 0, 3))
     check("worker: its closes, the main thread's munmaps of the same pools",
           worker["close_calls"] == 3 and b["threads"][0]["munmap_calls"] == 3)
-    check("worker: the longest main stretch, with its own preempted time",
-          (b["main_longest_ms"], b["main_longest_preempted_ms"], b["main_stretches"]) == (4.0, 3.0, 3))
+    check("worker: the longest main stretch, with its own wait for a CPU",
+          (b["main_longest_ms"], b["main_longest_cpu_wait_ms"], b["main_stretches"]) == (4.0, 1.0, 3))
+
+
+def case_open_stretch(report, check):
+    # The main thread never reaches its loop: after 2 s the burst is printed with the stretch open,
+    # its length counted up to then and its wait for a CPU unknown.
+    lines = [(1, "s 1")] + closed_first(1, 50, 1)
+    bursts, tracker = bursts_of(report, lines, 3000 * MS)
+    b = bursts[0] if bursts else {}
+    check("open stretch: counted up to the cut, wait unknown",
+          b.get("main_longest_ms", 0) > 2000 and b.get("main_longest_cpu_wait_ms", 0) is None)
+    check("open stretch: the summary says unknown too", report.summary(tracker, 3.0)["main_longest_cpu_wait_ms"] is None)
+
+
+def case_summary_longest(report, check):
+    # Two bursts: the summary's wait for a CPU is that of the longest stretch (the second burst's),
+    # not the larger wait (the first's).
+    lines = [(1, "s 1")] + closed_first(1, 60, 1) + [(4 * MS, f"S 1 {4 * MS} {3 * MS}")]
+    lines += [(500 * MS, f"s {500 * MS}")] + closed_first(500, 61, 3) + [(510 * MS, f"S {500 * MS} {510 * MS} {MS}")]
+    _, tracker = bursts_of(report, lines, 2000 * MS)
+    s = report.summary(tracker, 2.0)
+    check("summary: the longest stretch and its own wait", (s["main_longest_ms"], s["main_longest_cpu_wait_ms"]) == (10.0, 1.0))
 
 
 def case_gap_and_small(report, check):
@@ -115,7 +136,8 @@ def main(argv):
         print(("ok   " if ok else "FAIL ") + what)
         if not ok:
             failures.append(what)
-    for case in (case_closed_first, case_worker, case_gap_and_small, case_close_at_creation, case_churn):
+    for case in (case_closed_first, case_worker, case_open_stretch, case_summary_longest, case_gap_and_small,
+                 case_close_at_creation, case_churn):
         case(report, check)
     print("PASS" if not failures else f"{len(failures)} checks failed")
     return 1 if failures else 0

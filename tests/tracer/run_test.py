@@ -12,8 +12,8 @@ worker: pools mapped before the tracer attached (known from /proc/PID/maps); the
         all freed on that thread (other_thread_pools) and both munmap steps of each on the main
         thread. The tracer ends by itself when the workload exits.
 crowded: as main, with a thread spinning on the main thread's CPU and 50 ms of the main thread's own
-        work before it waits: the longest stretch must report part of it preempted, not all.
-In every mode the longest stretch's preempted time lies within it.
+        work before it waits: at least 10 ms of the longest stretch, not all, waiting for a CPU.
+In every mode the longest stretch's wait for a CPU lies within it.
 Exit status 77 (ctest: skipped) without root, bpftrace or a mounted tracefs; 1 on a failed check."""
 import json
 import os
@@ -117,11 +117,14 @@ def check(mode, status, out, pools, size):
         return ok.failures
     steps = 2 * pools if mode == "worker" else pools
     ok(f"the main thread's munmaps of the pools: {steps} (got {main['munmap_calls']})", main["munmap_calls"] == steps)
-    preempted, longest = burst["main_longest_preempted_ms"], burst["main_longest_ms"]
-    ok(f"the longest stretch's preempted time {preempted} ms within it ({longest} ms)", 0 <= preempted <= longest)
+    wait, longest = burst.get("main_longest_cpu_wait_ms"), burst["main_longest_ms"]
+    ok(f"the longest stretch's wait for a CPU, {wait} ms, lies within it ({longest} ms)",
+       wait is not None and 0 <= wait <= longest)
     if mode == "crowded":
-        # 50 ms of work on a CPU shared with a spinning thread: the scheduler must have preempted it.
-        ok(f"crowded: the stretch was preempted ({preempted} of {longest} ms)", 0 < preempted < longest)
+        # 50 ms of work on one CPU beside a spinning thread: about half of it spent waiting (43.9 of
+        # 90.0 ms when written); 10 ms leaves room for any fair scheduler's slices.
+        ok(f"crowded: at least 10 ms of the stretch waiting for a CPU, not all ({wait} of {longest} ms)",
+           wait is not None and 10 <= wait < longest)
     if mode != "worker":
         ok(f"main_thread_pools == {pools} (got {burst['main_thread_pools']})", burst["main_thread_pools"] == pools)
         ok(f"other_thread_pools == 0 (got {burst['other_thread_pools']})", burst["other_thread_pools"] == 0)
