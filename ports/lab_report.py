@@ -186,8 +186,7 @@ def build_targets(run, comp, build):
         return []
     vs_stock = ratio_list(burst, stock_burst)
     # The client's median gap is the compositor's frame interval; a skipped frame is 2x it.
-    vs_pace = [None if not (r and r.get("gap_max_ms") and r.get("gap_p50_ms")) else r["gap_max_ms"] / r["gap_p50_ms"]
-               for r in burst]
+    vs_pace = in_intervals(burst, "gap_max_ms")
     checks = [
         {"compositor": comp, "build": build, "target": "burst max <= 0.35x stock, every rep",
          "values": vs_stock, "met": all(x is not None and x <= 0.35 for x in vs_stock)},
