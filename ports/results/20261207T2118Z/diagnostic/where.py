@@ -1,0 +1,26 @@
+#!/usr/bin/env python3
+"""Which mapping each sampled user address of Mutter's threads fell in, within the client's N
+largest gaps.  where.py TRACE MAPS [N]"""
+import bisect, collections, sys
+maps = []
+for line in open(sys.argv[2]):
+    f = line.split()
+    lo, hi = (int(x, 16) for x in f[0].split("-"))
+    maps.append((lo, hi, f[1], f[5] if len(f) > 5 else "[anon]"))
+maps.sort()
+starts = [m[0] for m in maps]
+def region(ip):
+    i = bisect.bisect_right(starts, ip) - 1
+    if i >= 0 and maps[i][0] <= ip < maps[i][1]:
+        return f"{maps[i][3].rsplit('/', 1)[-1]} ({maps[i][2]})"
+    return "kernel" if ip >= 1 << 63 else "?"
+flushes, samples = [], []
+for line in open(sys.argv[1]):
+    f = line.split()
+    if f and f[0] == "C": flushes.append(int(f[1]))
+    elif f and f[0] == "P" and len(f) >= 6: samples.append((int(f[1]), f[3], int(f[5], 16)))
+gaps = sorted(((b - a, i, a, b) for i, (a, b) in enumerate(zip(flushes, flushes[1:]))), reverse=True)
+for g, i, a, b in gaps[: int(sys.argv[3]) if len(sys.argv) > 3 else 3]:
+    c = collections.Counter((comm, region(ip)) for t, comm, ip in samples if a <= t < b)
+    print(f"gap {g/1e6:.1f} ms after flush {i} of {len(flushes)}:")
+    for (comm, r), n in c.most_common(8): print(f"  {n:4d} {comm:12s} {r}")
