@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Which mapping each sampled user address of Mutter's threads fell in, within the client's N
-largest gaps.  where.py TRACE MAPS [N]"""
+"""Which mapping each sampled address of Mutter's threads fell in, within the client's N largest
+gaps while it drew (as analyze.py). MAPS is /proc/PID/maps as run.sh copied it at the client's end,
+so a mapping made and gone before then reads "?".  where.py TRACE MAPS [N]"""
 import bisect, collections, sys
 maps = []
 for line in open(sys.argv[2]):
@@ -19,7 +20,7 @@ for line in open(sys.argv[1]):
     f = line.split()
     if f and f[0] == "C": flushes.append(int(f[1]))
     elif f and f[0] == "P" and len(f) >= 6: samples.append((int(f[1]), f[3], int(f[5], 16)))
-gaps = sorted(((b - a, i, a, b) for i, (a, b) in enumerate(zip(flushes, flushes[1:]))), reverse=True)
+gaps = sorted(((b - a, i + 1, a, b) for i, (a, b) in enumerate(zip(flushes, flushes[1:])) if b - a < 1e9), reverse=True)
 for g, i, a, b in gaps[: int(sys.argv[3]) if len(sys.argv) > 3 else 3]:
     c = collections.Counter((comm, region(ip)) for t, comm, ip in samples if a <= t < b)
     print(f"gap {g/1e6:.1f} ms after flush {i} of {len(flushes)}:")

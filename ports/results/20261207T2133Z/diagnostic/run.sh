@@ -6,6 +6,7 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 reps=${1:-3} root=/srv/lab-sid out=${OUT:-/tmp/kwin-diag}; mkdir -p "$out"
+# A kernel without page_reporting_process leaves "0x" there, which bpftrace refuses to parse.
 sed "s/PAGE_REPORTING_PROCESS/0x$(awk '$3 == "page_reporting_process" {print $1}' /proc/kallsyms)/" "$here/drain.bt" >"$out/drain.bt"
 client=(/src/du-build/examples/wayland/stress_client --width 2880 --height 1800 --pool-mib 20 --burst 52 --resize-every 0 --frames 64 --linger 3 --prepare-ahead)
 for rep in $(seq $reps); do
