@@ -635,8 +635,11 @@ SHM_COMPOSITOR=/src/du-build/examples/wayland/shm_compositor
 # pools the client still has at its last frame go with its connection LINGER s later, so that the
 # tracer's bursts that begin before then are the client's (a burst ends after 100 ms without a pool
 # freed), and shm_compositor's own exit, which flushes its queue on the main thread, comes after.
+# --frames 100: 48 frames after the burst, so that the gaps after it outlast a deferred teardown
+# (libwayland's worker took 0.67-0.69 s in weston, run 20261207T2207Z, where 12 frames gave 0.24 s);
+# 104 would release 52 buffers again and make a second burst.
 LINGER=3
-BURST_ARGS=(--width 2880 --height 1800 --pool-mib 20 --burst 52 --resize-every 0 --frames 64 --linger $LINGER --prepare-ahead)
+BURST_ARGS=(--width 2880 --height 1800 --pool-mib 20 --burst 52 --resize-every 0 --frames 100 --linger $LINGER --prepare-ahead)
 # A fresh 30 MiB pool every frame (announced at half size, grown by wl_shm_pool.resize every 4th).
 CHURN_ARGS=(--width 2880 --height 1800 --pool-mib 30 --burst 1 --resize-every 4 --frames 150 --linger $LINGER --prepare-ahead)
 SIMPLE_SHM_SECONDS=3
