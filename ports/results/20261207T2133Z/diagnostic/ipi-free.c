@@ -17,24 +17,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "timing.h"
+
 static atomic_int word;
 static atomic_int to_close = -1;
 static atomic_int closed;
-
-static double now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static void pin(int cpu)
-{
-	cpu_set_t set;
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	sched_setaffinity(0, sizeof set, &set);
-}
 
 static void wake(void)
 {
@@ -74,22 +61,6 @@ static int pool(size_t bytes, int touch)
 	return fd;
 }
 
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static void report(const char *kind, double *t, int n)
-{
-	int over = 0;
-	for (int i = 0; i < n; i++)
-		over += t[i] > 500;
-	qsort(t, n, sizeof *t, cmp);
-	printf("%-34s %5d calls  median %7.1f us  p99 %7.1f us  max %7.1f us  over 0.5 ms: %d\n", kind, n, t[n / 2],
-	       t[n * 99 / 100], t[n - 1], over);
-}
-
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 200;
@@ -126,9 +97,9 @@ int main(int argc, char **argv)
 	atomic_store(&to_close, -2);
 	wake();
 	pthread_join(th, NULL);
-	report("munmap, worker's close freed none", t[0], n[0]);
-	report("futex_wake, worker's close freed none", t[1], n[1]);
-	report("munmap, worker's close freed MIB", t[2], n[2]);
-	report("futex_wake, worker's close freed MIB", t[3], n[3]);
+	report(34, "munmap, worker's close freed none", t[0], n[0]);
+	report(34, "futex_wake, worker's close freed none", t[1], n[1]);
+	report(34, "munmap, worker's close freed MIB", t[2], n[2]);
+	report(34, "futex_wake, worker's close freed MIB", t[3], n[3]);
 	return 0;
 }

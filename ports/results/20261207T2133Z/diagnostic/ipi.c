@@ -19,24 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "timing.h"
+
 static atomic_int word;
 static atomic_int stop;
 static int gap_us = 5000;
-
-static double now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static void pin(int cpu)
-{
-	cpu_set_t set;
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	sched_setaffinity(0, sizeof set, &set);
-}
 
 static void *sleeper(void *arg)
 {
@@ -47,22 +34,6 @@ static void *sleeper(void *arg)
 		syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
 	}
 	return NULL;
-}
-
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static void report(const char *mode, double *t, int n)
-{
-	int over = 0;
-	for (int i = 0; i < n; i++)
-		over += t[i] > 500;
-	qsort(t, n, sizeof *t, cmp);
-	printf("%-22s %5d calls  median %7.1f us  p99 %7.1f us  max %7.1f us  over 0.5 ms: %d\n", mode, n, t[n / 2],
-	       t[n * 99 / 100], t[n - 1], over);
 }
 
 /* FUTEX_WAKE of the sleeper, 5 ms apart (GAP_US, default 5 ms: CPU 1 halts in between when nothing else runs). */
@@ -76,7 +47,7 @@ static void wakes(const char *mode, int rounds)
 		syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 		t[i] = now_us() - t0;
 	}
-	report(mode, t, rounds);
+	report(22, mode, t, rounds);
 	free(t);
 }
 
@@ -98,7 +69,7 @@ static void unmaps(const char *mode, int rounds)
 		munmap(p, 2 << 20);
 		t[i] = now_us() - t0;
 	}
-	report(mode, t, rounds);
+	report(22, mode, t, rounds);
 	free(t);
 	close(memfd);
 }
