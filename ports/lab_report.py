@@ -23,8 +23,8 @@ The burst max gap is the largest of the whole client run for KWin's and wlroots'
 33), and for weston and Mutter (issue 32, whose targets read "after the burst") the largest from the
 client's first wl_buffer destroy on: the gaps that hold the teardown (48 with lab.sh's client since
 fcca8cb, 12 before). The ~52 gaps before it (the window's first frames included) had no pool to tear
-down; both halves are printed. Runs whose
-client did not split its gaps (before 1d6ccf9) are read whole.
+down; both halves are printed. Runs whose client did not split its gaps (before 1d6ccf9) are read
+whole.
 Beside each client's max gap, the tracer's view of the same run (tools/shm-teardown-trace on the
 compositor): pools and bytes freed, how many on the main thread and on others, and the main
 thread's longest teardown stretch with the part of it the thread spent waiting for a CPU. When the run

@@ -3,6 +3,9 @@
 gaps while it drew (as analyze.py). MAPS is /proc/PID/maps as run.sh copied it at the client's end,
 so a mapping made and gone before then reads "?".  where.py TRACE MAPS [N]"""
 import bisect, collections, sys
+
+from analyze import frame_gaps, parse
+
 maps = []
 for line in open(sys.argv[2]):
     f = line.split()
@@ -15,13 +18,8 @@ def region(ip):
     if i >= 0 and maps[i][0] <= ip < maps[i][1]:
         return f"{maps[i][3].rsplit('/', 1)[-1]} ({maps[i][2]})"
     return "kernel" if ip >= 1 << 63 else "?"
-flushes, samples = [], []
-for line in open(sys.argv[1]):
-    f = line.split()
-    if f and f[0] == "C": flushes.append(int(f[1]))
-    elif f and f[0] == "P" and len(f) >= 6: samples.append((int(f[1]), f[3], int(f[5], 16)))
-gaps = sorted(((b - a, i + 1, a, b) for i, (a, b) in enumerate(zip(flushes, flushes[1:])) if b - a < 1e9), reverse=True)
-for g, i, a, b in gaps[: int(sys.argv[3]) if len(sys.argv) > 3 else 3]:
-    c = collections.Counter((comm, region(ip)) for t, comm, ip in samples if a <= t < b)
+flushes, samples, _ = parse(sys.argv[1])
+for g, i, a, b in frame_gaps(flushes)[: int(sys.argv[3]) if len(sys.argv) > 3 else 3]:
+    c = collections.Counter((comm, region(ip)) for t, tid, comm, where, ip in samples if a <= t < b)
     print(f"gap {g/1e6:.1f} ms after flush {i} of {len(flushes)}:")
     for (comm, r), n in c.most_common(8): print(f"  {n:4d} {comm:12s} {r}")
